@@ -1,0 +1,3 @@
+from marinctl.cli import main
+
+main()

@@ -1,0 +1,80 @@
+"""Printing results: tables for people, JSON for scripts, errors on stderr.
+
+Every human-facing string that came from outside passes through `marinctl.text.inert`
+here, so commands cannot forget it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from datetime import date, datetime
+from typing import Any, Iterable, Sequence
+
+from marinctl.text import inert
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, (datetime, date)):
+        return obj.isoformat()
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    return str(obj)
+
+
+def _clean(obj: Any) -> Any:
+    """JSON has no NaN/Inf: emit them as null so every consumer can parse the output."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(_clean(obj), default=_default, ensure_ascii=False)
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3):
+            return f"{value:.4g}"
+        return f"{value:.6g}"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    return inert(value, single_line=True)
+
+
+def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, out=None) -> None:
+    out = out or sys.stdout
+    cells = [[fmt(v) for v in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for i, c in enumerate(row):
+            widths[i] = min(max(widths[i], len(c)), 60)
+    def line(vals: Sequence[str]) -> str:
+        return "  ".join((v if len(v) <= 60 else v[:59] + "…").ljust(widths[i]) for i, v in enumerate(vals)).rstrip()
+    out.write(line(headers) + "\n")
+    out.write(line(["─" * w for w in widths]) + "\n")
+    for row in cells:
+        out.write(line(row) + "\n")
+
+
+def info(message: str) -> None:
+    """Progress and notes go to stderr so stdout stays clean for pipes and --json."""
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()

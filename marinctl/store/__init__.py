@@ -1,0 +1,123 @@
+"""The local DuckDB mirror: one file, opened briefly per unit of work.
+
+DuckDB lets one process write a file, or many processes read it, never both. So
+marinctl never holds the file open for long: every reader and writer goes through
+`Store.connect()`, which opens, does its work, and closes — retrying for a few seconds
+while another process (a `watch` syncing, a `sync` in another terminal) holds the lock.
+That is what lets `marinctl explain` run in one terminal while `watch` syncs in another.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import duckdb
+
+from marinctl.errors import RuntimeFailure
+from marinctl.store import schema
+
+__all__ = ["Store", "open_store"]
+
+_LOCK_WORDS = ("lock", "Conflicting", "being used")
+
+
+def _is_lock_error(exc: Exception) -> bool:
+    return isinstance(exc, (duckdb.IOException, duckdb.ConnectionException)) and any(
+        w in str(exc) for w in _LOCK_WORDS
+    )
+
+
+class Store:
+    def __init__(self, path: Path | str, *, lock_timeout: float = 15.0):
+        self.path = Path(path)
+        self.lock_timeout = lock_timeout
+        self._migrated = False
+        self._mutex = threading.Lock()
+
+    # -- connections -------------------------------------------------------------------
+    def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
+        deadline = time.monotonic() + self.lock_timeout
+        delay = 0.02
+        while True:
+            try:
+                return duckdb.connect(str(self.path), read_only=read_only)
+            except duckdb.ConnectionException as exc:
+                # This process already holds the file read-write: share that instance.
+                if read_only and "different configuration" in str(exc):
+                    return duckdb.connect(str(self.path), read_only=False)
+                if not _is_lock_error(exc):
+                    raise
+                last = exc
+            except duckdb.IOException as exc:
+                if not _is_lock_error(exc):
+                    raise
+                last = exc
+            if time.monotonic() >= deadline:
+                raise RuntimeFailure(
+                    f"the store {self.path} is locked by another marinctl process ({_holder(last)})",
+                    "wait for it to finish, or stop the `marinctl watch`/`sync` that holds it",
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+    def ensure_schema(self) -> None:
+        if self._migrated:
+            return
+        with self._mutex:
+            if self._migrated:
+                return
+            if self.path.exists():
+                con = self._open(read_only=True)
+                try:
+                    current = schema.current_version(con)
+                finally:
+                    con.close()
+                if current >= schema.latest_version():
+                    self._migrated = True
+                    return
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            con = self._open(read_only=False)
+            try:
+                schema.migrate(con)
+            finally:
+                con.close()
+            self._migrated = True
+
+    @contextmanager
+    def connect(self, *, write: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A short-lived connection. Writers should wrap their work in one transaction."""
+        self.ensure_schema()
+        con = self._open(read_only=not write)
+        try:
+            yield con
+        finally:
+            con.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A write connection inside BEGIN/COMMIT: all of it lands, or none of it."""
+        with self.connect(write=True) as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                yield con
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+
+
+def _holder(exc: Exception) -> str:
+    msg = str(exc)
+    if "PID" in msg:
+        return "PID" + msg.split("PID", 1)[1].split(")")[0]
+    return "file lock held"
+
+
+def open_store(path: Path | str | None = None) -> Store:
+    from marinctl import paths
+
+    return Store(path or paths.db_path())

@@ -1,0 +1,132 @@
+"""Fork lineages and the stitched view.
+
+Marin's hero is a chain of forked W&B runs (`hero-12d8b6f0-dee637` →
+`hero-wd-gate-router-p02-step54k` → `hero-ragged_a2a-ep-step81k` → …). A fork child
+inherits its parent's history up to the fork step, so marinctl stores each child only
+from `fork_step + 1` on, and the stitched view takes every step from the newest run of
+the chain that covers it: the root for [0, f1], the first child for (f1, f2], ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+from marinctl.errors import UserError
+from marinctl.store import runs as runs_mod
+from marinctl.store.metrics import Segment
+
+HERO_GROUP = "moe-hero-ep"
+
+
+@dataclass
+class Target:
+    """What a command reads: one run, or a stitched lineage of runs."""
+
+    name: str
+    runs: list[dict[str, Any]]                 # root .. leaf
+    segments: list[Segment] = field(default_factory=list)
+    stitched: bool = False
+
+    @property
+    def leaf(self) -> dict[str, Any]:
+        return self.runs[-1]
+
+    @property
+    def run_pks(self) -> list[int]:
+        return [r["run_pk"] for r in self.runs]
+
+    def run_at(self, step: int) -> dict[str, Any]:
+        """The run whose segment holds `step` (the leaf when beyond every segment)."""
+        for run, (_, lo, hi) in zip(self.runs, self.segments):
+            if (lo is None or step >= lo) and (hi is None or step < hi):
+                return run
+        return self.leaf
+
+    def lineage_json(self) -> list[dict[str, Any]]:
+        out = []
+        for run, (_, lo, hi) in zip(self.runs, self.segments):
+            out.append({"run": run["run_id"], "from_step": lo if lo is not None else 0,
+                        "to_step": (hi - 1) if hi is not None else run.get("last_step")})
+        return out
+
+
+def chain(con: duckdb.DuckDBPyConnection, run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The fork chain ending at `run`, root first (stops at parents not in the store)."""
+    out = [run]
+    seen = {run["uid"]}
+    cur = run
+    while cur.get("fork_parent"):
+        row = con.execute(
+            f"SELECT {runs_mod.RUN_COLUMNS} FROM runs WHERE run_id = ? AND coalesce(entity,'') = coalesce(?, '')"
+            " AND coalesce(project,'') = coalesce(?, '') ORDER BY created_at LIMIT 1",
+            [cur["fork_parent"], cur.get("entity"), cur.get("project")],
+        )
+        found = row.fetchone()
+        if found is None:
+            break
+        parent = runs_mod.row_to_dict(found, row.description)
+        if parent["uid"] in seen:
+            break
+        seen.add(parent["uid"])
+        out.append(parent)
+        cur = parent
+    return list(reversed(out))
+
+
+def segments_for(chain_runs: list[dict[str, Any]]) -> list[Segment]:
+    segs: list[Segment] = []
+    for i, run in enumerate(chain_runs):
+        lo = None if i == 0 else (chain_runs[i]["fork_step"] or 0) + 1
+        hi = None
+        if i + 1 < len(chain_runs):
+            hi = (chain_runs[i + 1]["fork_step"] or 0) + 1
+        segs.append((run["run_pk"], lo, hi))
+    return segs
+
+
+def hero_leaf(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
+    cur = con.execute(
+        f"SELECT {runs_mod.RUN_COLUMNS} FROM runs WHERE run_group = ? OR (run_id LIKE 'hero-%' AND source = 'wandb')"
+        " ORDER BY coalesce(fork_step, -1) DESC, created_at DESC NULLS LAST LIMIT 1",
+        [HERO_GROUP],
+    )
+    row = cur.fetchone()
+    return runs_mod.row_to_dict(row, cur.description) if row else None
+
+
+def resolve_target(con: duckdb.DuckDBPyConnection, ref: str | None, *, stitched: bool = False) -> Target:
+    """RUN as the contract names it; None means the hero lineage, else the only run stored."""
+    if ref is None:
+        leaf = hero_leaf(con)
+        if leaf is None:
+            all_runs = runs_mod.list_runs(con)
+            if len(all_runs) == 1:
+                return single(all_runs[0])
+            if not all_runs:
+                raise UserError("the store holds no runs yet", "mirror some with `marinctl sync` (or try `marinctl demo`)")
+            raise UserError(
+                f"the store holds {len(all_runs)} runs and no hero lineage; say which with --run",
+                "list them with `marinctl runs`",
+            )
+        return stitched_target("hero", leaf, con)
+    if ref == "hero":
+        leaf = hero_leaf(con)
+        if leaf is None:
+            raise UserError("no hero run in the store", "mirror it with `marinctl sync marin`")
+        return stitched_target("hero", leaf, con)
+    run = runs_mod.resolve_run(con, ref)
+    if stitched:
+        return stitched_target(run["run_id"], run, con)
+    return single(run)
+
+
+def single(run: dict[str, Any]) -> Target:
+    return Target(name=run["run_id"], runs=[run], segments=[(run["run_pk"], None, None)])
+
+
+def stitched_target(name: str, leaf: dict[str, Any], con: duckdb.DuckDBPyConnection) -> Target:
+    runs = chain(con, leaf)
+    return Target(name=name, runs=runs, segments=segments_for(runs), stitched=len(runs) > 1 or name == "hero")

@@ -1,0 +1,268 @@
+"""Full-resolution metric history: append in batches, read series, downsample in SQL.
+
+Writers hand over a long batch (step, key, value) with an explicit step range [lo, hi)
+that the batch completely describes. `replace_range` deletes whatever the store holds
+for that run in [lo, hi) and inserts the batch, ordered by (key_id, step), inside the
+caller's transaction — so re-running a batch after a crash can never duplicate rows.
+Ordering by key inside each batch keeps a single series contiguous within DuckDB row
+groups, which is what makes per-series queries skip the rest of a 84M-row table.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+BATCH_SCHEMA = pa.schema([("step", pa.int64()), ("key", pa.string()), ("value", pa.float64())])
+
+
+def batch_from_rows(rows: Iterable[dict], step_key: str = "_step") -> pa.Table:
+    """Long batch from W&B-style row dicts; keeps numeric scalars (bools as 0/1), drops the rest."""
+    steps: list[int] = []
+    keys: list[str] = []
+    values: list[float] = []
+    for row in rows:
+        step = row.get(step_key)
+        if step is None:
+            continue
+        step = int(step)
+        for k, v in row.items():
+            if k == step_key:
+                continue
+            f = as_float(v)
+            if f is None:
+                continue
+            steps.append(step)
+            keys.append(k)
+            values.append(f)
+    return pa.table({"step": pa.array(steps, pa.int64()), "key": pa.array(keys, pa.string()),
+                     "value": pa.array(values, pa.float64())})
+
+
+def as_float(v) -> float | None:
+    """W&B values to DOUBLE: numbers and bools; 'NaN'/'Infinity' strings; None for the rest."""
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str) and v in ("NaN", "nan", "Infinity", "-Infinity", "inf", "-inf"):
+        return float(v.replace("Infinity", "inf"))
+    return None
+
+
+def ensure_keys(con: duckdb.DuckDBPyConnection, batch_name: str = "_batch") -> None:
+    con.execute(
+        f"INSERT INTO metric_keys (key) SELECT DISTINCT b.key FROM {batch_name} b"
+        " WHERE b.key NOT IN (SELECT key FROM metric_keys)"
+    )
+
+
+def replace_range(
+    con: duckdb.DuckDBPyConnection,
+    run_pk: int,
+    batch: pa.Table,
+    lo: int,
+    hi: int | None,
+    *,
+    existing_last_step: int | None = None,
+) -> int:
+    """Make the store hold exactly `batch` for this run in [lo, hi). Returns rows inserted.
+
+    `existing_last_step` lets the common append case (lo beyond anything stored) skip the
+    delete scan. Call inside a transaction together with the watermark update.
+    """
+    if existing_last_step is None or lo <= existing_last_step:
+        if hi is None:
+            con.execute("DELETE FROM metrics WHERE run_pk = ? AND step >= ?", [run_pk, lo])
+        else:
+            con.execute("DELETE FROM metrics WHERE run_pk = ? AND step >= ? AND step < ?", [run_pk, lo, hi])
+    if batch.num_rows == 0:
+        return 0
+    con.register("_batch", batch)
+    try:
+        ensure_keys(con)
+        con.execute(
+            "INSERT INTO metrics SELECT ?, k.key_id, b.step, b.value FROM _batch b"
+            " JOIN metric_keys k ON k.key = b.key ORDER BY k.key_id, b.step",
+            [run_pk],
+        )
+    finally:
+        con.unregister("_batch")
+    return batch.num_rows
+
+
+def insert_from_relation(con: duckdb.DuckDBPyConnection, run_pk: int, relation_sql: str) -> int:
+    """Insert long rows produced by SQL (columns step, key, value), e.g. an UNPIVOT of parquet."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _rel AS {relation_sql}")
+    try:
+        ensure_keys(con, "_rel")
+        n = con.execute("SELECT count(*) FROM _rel").fetchone()[0]
+        con.execute(
+            "INSERT INTO metrics SELECT ?, k.key_id, r.step, r.value FROM _rel r"
+            " JOIN metric_keys k ON k.key = r.key ORDER BY k.key_id, r.step",
+            [run_pk],
+        )
+    finally:
+        con.execute("DROP TABLE IF EXISTS _rel")
+    return n
+
+
+def refresh_last_step(con: duckdb.DuckDBPyConnection, run_pk: int) -> int | None:
+    last = con.execute("SELECT max(step) FROM metrics WHERE run_pk = ?", [run_pk]).fetchone()[0]
+    con.execute("UPDATE runs SET last_step = ? WHERE run_pk = ?", [last, run_pk])
+    return last
+
+
+def key_id(con: duckdb.DuckDBPyConnection, key: str) -> int | None:
+    row = con.execute("SELECT key_id FROM metric_keys WHERE key = ?", [key]).fetchone()
+    return row[0] if row else None
+
+
+def run_keys(con: duckdb.DuckDBPyConnection, run_pks: Sequence[int]) -> list[str]:
+    """Keys a run (or lineage) logged, sorted."""
+    if not run_pks:
+        return []
+    marks = ",".join("?" * len(run_pks))
+    rows = con.execute(
+        f"SELECT DISTINCT k.key FROM metrics m JOIN metric_keys k USING (key_id) WHERE m.run_pk IN ({marks}) ORDER BY 1",
+        list(run_pks),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+# --- reading ------------------------------------------------------------------------------
+
+Segment = tuple[int, int | None, int | None]  # (run_pk, lo inclusive or None, hi exclusive or None)
+
+
+def _segment_filter(segments: Sequence[Segment]) -> tuple[str, list]:
+    clauses, params = [], []
+    for run_pk, lo, hi in segments:
+        c = "(run_pk = ?"
+        params.append(run_pk)
+        if lo is not None:
+            c += " AND step >= ?"
+            params.append(lo)
+        if hi is not None:
+            c += " AND step < ?"
+            params.append(hi)
+        clauses.append(c + ")")
+    return "(" + " OR ".join(clauses) + ")", params
+
+
+def series(
+    con: duckdb.DuckDBPyConnection,
+    segments: Sequence[Segment],
+    key: str,
+    lo: int | None = None,
+    hi: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every (step, value) of one key over the given run segments, sorted by step."""
+    kid = key_id(con, key)
+    if kid is None or not segments:
+        return np.empty(0, np.int64), np.empty(0, np.float64)
+    where, params = _segment_filter(segments)
+    sql = f"SELECT step, value FROM metrics WHERE key_id = ? AND {where}"
+    params = [kid, *params]
+    if lo is not None:
+        sql += " AND step >= ?"
+        params.append(lo)
+    if hi is not None:
+        sql += " AND step < ?"
+        params.append(hi)
+    res = con.execute(sql + " ORDER BY step", params).fetchnumpy()
+    return np.asarray(res["step"], dtype=np.int64), np.asarray(res["value"], dtype=np.float64)
+
+
+@dataclass
+class Envelope:
+    """Per-bucket summary of one series: the min/max envelope keeps every spike visible."""
+
+    step_lo: np.ndarray
+    step_hi: np.ndarray
+    vmin: np.ndarray
+    vmax: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    mean: np.ndarray
+    count: np.ndarray
+    nonfinite: np.ndarray
+    step_of_max: np.ndarray
+    step_of_min: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.step_lo)
+
+
+def downsample(
+    con: duckdb.DuckDBPyConnection,
+    segments: Sequence[Segment],
+    key: str,
+    lo: int,
+    hi: int,
+    buckets: int,
+) -> Envelope:
+    """Min/max envelope of one key over [lo, hi) in at most `buckets` step buckets, in SQL.
+
+    Never samples: every finite value lands in exactly one bucket's min/max, so a one-step
+    spike anywhere in 400k steps survives at every zoom. Non-finite values are counted.
+    """
+    empty = np.empty(0)
+    kid = key_id(con, key)
+    if kid is None or not segments or hi <= lo:
+        return Envelope(*(empty,) * 11)
+    buckets = max(1, int(buckets))
+    width = max(1.0, (hi - lo) / buckets)
+    where, params = _segment_filter(segments)
+    sql = f"""
+        SELECT b,
+               min(step), max(step),
+               min(value) FILTER (WHERE isfinite(value)),
+               max(value) FILTER (WHERE isfinite(value)),
+               arg_min(value, step), arg_max(value, step),
+               avg(value) FILTER (WHERE isfinite(value)),
+               count(*), count(*) FILTER (WHERE NOT isfinite(value)),
+               arg_max(step, value) FILTER (WHERE isfinite(value)),
+               arg_min(step, value) FILTER (WHERE isfinite(value))
+        FROM (
+            SELECT step, value, CAST(floor((step - ?) / ?) AS BIGINT) AS b
+            FROM metrics
+            WHERE key_id = ? AND step >= ? AND step < ? AND {where}
+        )
+        GROUP BY b ORDER BY b
+    """
+    res = con.execute(sql, [lo, width, kid, lo, hi, *params]).fetchall()
+    cols = list(zip(*res)) if res else [[] for _ in range(12)]
+    f = lambda i: np.array([np.nan if v is None else v for v in cols[i]], dtype=np.float64)  # noqa: E731
+    return Envelope(
+        step_lo=f(1), step_hi=f(2), vmin=f(3), vmax=f(4), first=f(5), last=f(6), mean=f(7),
+        count=np.array(cols[8], dtype=np.int64), nonfinite=np.array(cols[9], dtype=np.int64),
+        step_of_max=f(10), step_of_min=f(11),
+    )
+
+
+def step_range(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment]) -> tuple[int | None, int | None]:
+    where, params = _segment_filter(segments)
+    return tuple(con.execute(f"SELECT min(step), max(step) FROM metrics WHERE {where}", params).fetchone())
+
+
+def export_relation_sql(segments: Sequence[Segment], keys: Sequence[str] | None) -> tuple[str, list]:
+    """SQL for long rows (step, key, value) sorted by step then key — the export contract."""
+    where, params = _segment_filter(segments)
+    sql = (
+        "SELECT m.step, k.key, m.value FROM metrics m JOIN metric_keys k USING (key_id)"
+        f" WHERE {where.replace('run_pk', 'm.run_pk').replace('step', 'm.step')}"
+    )
+    if keys:
+        sql += f" AND k.key IN ({','.join('?' * len(keys))})"
+        params = [*params, *keys]
+    return sql + " ORDER BY m.step, k.key", params
+
+
+def finite_or_none(x: float) -> float | None:
+    return x if x is not None and math.isfinite(x) else None

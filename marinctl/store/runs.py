@@ -1,0 +1,132 @@
+"""Run metadata in the store: upsert, list, and resolve what a user typed as RUN."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import duckdb
+
+from marinctl.domain import RunInfo
+from marinctl.errors import UserError
+
+RUN_COLUMNS = (
+    "run_pk, uid, source, entity, project, run_id, name, run_group, job_type, tags, state, "
+    "created_at, heartbeat_at, config, summary, fork_parent, fork_step, last_step, "
+    "remote_last_step, history_line_count, path, url, synced_at"
+)
+
+RUNG_NAMES = {"rung1": "d768", "rung2": "d1024", "rung3": "d1536", "rung4": "d2048"}
+
+
+def upsert_run(con: duckdb.DuckDBPyConnection, run: RunInfo) -> int:
+    """Insert or update a run's metadata; keeps local progress (last_step). Returns run_pk."""
+    row = con.execute("SELECT run_pk FROM runs WHERE uid = ?", [run.uid]).fetchone()
+    values = [
+        run.source, run.entity, run.project, run.run_id, run.name, run.group, run.job_type,
+        list(run.tags or []), run.state, run.created_at, run.heartbeat_at,
+        json.dumps(run.config, default=str), json.dumps(run.summary, default=str),
+        run.fork_parent, run.fork_step, run.remote_last_step, run.history_line_count,
+        run.path, run.url,
+    ]
+    if row is None:
+        con.execute(
+            "INSERT INTO runs (uid, source, entity, project, run_id, name, run_group, job_type, tags,"
+            " state, created_at, heartbeat_at, config, summary, fork_parent, fork_step,"
+            " remote_last_step, history_line_count, path, url, synced_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, current_timestamp)",
+            [run.uid, *values],
+        )
+        return con.execute("SELECT run_pk FROM runs WHERE uid = ?", [run.uid]).fetchone()[0]
+    con.execute(
+        "UPDATE runs SET source=?, entity=?, project=?, run_id=?, name=?, run_group=?, job_type=?,"
+        " tags=?, state=?, created_at=?, heartbeat_at=?, config=?, summary=?, fork_parent=?,"
+        " fork_step=?, remote_last_step=?, history_line_count=?, path=coalesce(?, path),"
+        " url=coalesce(?, url), synced_at=current_timestamp WHERE run_pk=?",
+        [*values, row[0]],
+    )
+    return row[0]
+
+
+def row_to_dict(row: tuple, description) -> dict[str, Any]:
+    out = {d[0]: v for d, v in zip(description, row)}
+    for k in ("config", "summary"):
+        if isinstance(out.get(k), str):
+            out[k] = json.loads(out[k])
+    return out
+
+
+def list_runs(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    cur = con.execute(f"SELECT {RUN_COLUMNS} FROM runs ORDER BY created_at NULLS LAST, uid")
+    return [row_to_dict(r, cur.description) for r in cur.fetchall()]
+
+
+def get_run(con: duckdb.DuckDBPyConnection, run_pk: int) -> dict[str, Any]:
+    cur = con.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_pk = ?", [run_pk])
+    return row_to_dict(cur.fetchone(), cur.description)
+
+
+_URL = re.compile(r"https?://[^/]+/(?:wandb/)?([^/]+)/([^/]+)/runs/([^/?#]+)")
+
+
+def parse_run_ref(ref: str) -> tuple[str | None, str | None, str]:
+    """Split a RUN reference into (entity, project, run_id); entity/project may be None."""
+    from urllib.parse import unquote
+
+    m = _URL.match(ref)
+    if m:
+        return m.group(1), m.group(2), unquote(m.group(3))
+    parts = ref.split("/")
+    if len(parts) == 3 and all(parts):
+        return parts[0], parts[1], parts[2]
+    return None, None, ref
+
+
+def resolve_run(con: duckdb.DuckDBPyConnection, ref: str) -> dict[str, Any]:
+    """Find one run by uid, W&B id, URL, display name or rung alias; exit-2 error otherwise.
+
+    `hero` is handled by callers that support the stitched lineage (store.lineage).
+    """
+    if ref in RUNG_NAMES:
+        found = find_rung_runs(con, ref)
+        if found:
+            return found[-1]
+        raise UserError(
+            f"no synced run for {ref} ({RUNG_NAMES[ref]})",
+            "sync the ladder with `marinctl sync marin`, or list what is stored with `marinctl runs`",
+        )
+    entity, project, run_id = parse_run_ref(ref)
+    cur = con.execute(
+        f"SELECT {RUN_COLUMNS} FROM runs WHERE uid = ? OR run_id = ? OR name = ?"
+        " ORDER BY (uid = ?) DESC, (run_id = ?) DESC, heartbeat_at DESC NULLS LAST",
+        [ref, run_id, ref, ref, run_id],
+    )
+    rows = [row_to_dict(r, cur.description) for r in cur.fetchall()]
+    if entity:
+        rows = [r for r in rows if r["entity"] == entity and r["project"] == project] or rows
+    if not rows:
+        raise UserError(f"unknown run {ref!r}: it is not in the store", "list stored runs with `marinctl runs`")
+    exact = [r for r in rows if r["uid"] == ref or r["run_id"] == run_id]
+    pick = exact or rows
+    ids = {r["uid"] for r in pick}
+    if len(ids) > 1 and not any(r["uid"] == ref for r in pick):
+        raise UserError(
+            f"run {ref!r} is ambiguous: {', '.join(sorted(ids))}",
+            "name it as ENTITY/PROJECT/RUN_ID (see `marinctl runs`)",
+        )
+    return pick[0]
+
+
+def find_rung_runs(con: duckdb.DuckDBPyConnection, rung: str) -> list[dict[str, Any]]:
+    """Cloud or local runs of a ladder rung: by the ladder group and the width in the id/name."""
+    width = RUNG_NAMES.get(rung, rung)
+    cur = con.execute(
+        f"SELECT {RUN_COLUMNS} FROM runs WHERE (run_group LIKE '%scaling-ladder%' OR run_id LIKE 'ladder-%'"
+        " OR source = 'repro') AND (run_id LIKE ? OR name LIKE ?) ORDER BY source = 'wandb', created_at NULLS FIRST",
+        [f"%{width}%", f"%{width}%"],
+    )
+    rows = [row_to_dict(r, cur.description) for r in cur.fetchall()]
+    # Prefer logged (cloud) rungs over local reproductions when both exist.
+    cloud = [r for r in rows if r["source"] == "wandb"]
+    return cloud or rows

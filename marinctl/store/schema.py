@@ -1,0 +1,65 @@
+"""The store's schema, grown through numbered migrations.
+
+Each migration is a file `store/migrations/NNNN_name.sql`; `migrate()` applies the
+ones a database has not seen, each in its own transaction, and records it in
+`schema_migrations`. Never edit an applied migration: add the next number.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+import duckdb
+
+_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """All migrations shipped with marinctl, as (version, name, sql), in order."""
+    found = []
+    for entry in resources.files("marinctl.store.migrations").iterdir():
+        m = _NAME.match(entry.name)
+        if m:
+            found.append((int(m.group(1)), m.group(2), entry.read_text()))
+    found.sort()
+    versions = [v for v, _, _ in found]
+    if len(set(versions)) != len(versions):
+        raise RuntimeError(f"duplicate migration numbers: {versions}")
+    return found
+
+
+def current_version(con: duckdb.DuckDBPyConnection) -> int:
+    exists = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
+    ).fetchone()[0]
+    if not exists:
+        return 0
+    return con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+
+
+def latest_version() -> int:
+    return migrations()[-1][0]
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> list[int]:
+    """Apply pending migrations; return the versions applied."""
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations ("
+        " version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMPTZ DEFAULT current_timestamp)"
+    )
+    have = current_version(con)
+    applied = []
+    for version, name, sql in migrations():
+        if version <= have:
+            continue
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(sql)
+            con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [version, name])
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+        applied.append(version)
+    return applied

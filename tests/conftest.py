@@ -1,0 +1,59 @@
+"""Shared fixtures: every test gets its own data home and a real throwaway DuckDB file."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("MARINCTL_HOME", str(home))
+    for var in ("WANDB_API_KEY", "WANDB_BASE_URL", "GITHUB_TOKEN", "GH_TOKEN", "GITHUB_API_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc-none"))
+    from marinctl import paths
+
+    paths.set_overrides(None, None)
+    yield home
+    paths.set_overrides(None, None)
+
+
+@pytest.fixture
+def store(tmp_path):
+    from marinctl.store import Store
+
+    return Store(tmp_path / "test.duckdb")
+
+
+@pytest.fixture
+def cli(tmp_path):
+    """Run marinctl's main() in-process; returns (exit_code, stdout, stderr)."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from marinctl.cli import main
+
+    def run(*args: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        code = 0
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                main(list(args))
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        return code, out.getvalue(), err.getvalue()
+
+    return run
