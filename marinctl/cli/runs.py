@@ -1,9 +1,179 @@
-"""Commands for this group (being built)."""
+"""`runs`, `show`, `export`, `sql`: read what the store holds."""
 
 from __future__ import annotations
 
+import csv
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
 import typer
+
+from marinctl import output
+from marinctl.errors import RuntimeFailure, UserError
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app."""
+    app.command("runs", help="List mirrored runs.")(runs)
+    app.command("show", help="A run's config, summary and fork lineage. RUN: a W&B run id, ENTITY/PROJECT/RUN_ID, a W&B URL, `hero`, rung1..rung4, or a local run id.")(show)
+    app.command("export", help="Full-resolution history as long rows step,key,value (sorted by step, then key).")(export)
+    app.command("sql", help="Read-only SQL over the store (tables: runs, metrics, metric_keys, events, anomalies, sync_state; view: history).")(sql)
+
+
+def runs(json_out: Annotated[bool, typer.Option("--json", help="JSON output.")] = False) -> None:
+    from marinctl.store import open_store
+    from marinctl.store.runs import list_runs
+
+    with open_store().connect() as con:
+        rows = list_runs(con)
+    items = [{
+        "run": r["run_id"], "uid": r["uid"], "entity": r["entity"], "project": r["project"], "name": r["name"],
+        "group": r["run_group"], "state": r["state"], "last_step": r["last_step"], "heartbeat_at": r["heartbeat_at"],
+        "source": r["source"], "fork_parent": r["fork_parent"], "fork_step": r["fork_step"],
+    } for r in rows]
+    if json_out:
+        output.print_json(items)
+        return
+    if not items:
+        print("no runs stored yet — mirror some with `marinctl sync` (or try `marinctl demo`)")
+        return
+    output.print_table(
+        ["run", "name", "group", "state", "last step", "source", "forked from"],
+        [(i["run"], i["name"], i["group"], i["state"], i["last_step"], i["source"],
+          f"{i['fork_parent']}@{i['fork_step']}" if i["fork_parent"] else None) for i in items],
+    )
+
+
+def show(
+    run: Annotated[str, typer.Argument(metavar="RUN")],
+    json_out: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
+) -> None:
+    from marinctl.store import open_store
+    from marinctl.store.lineage import resolve_target
+
+    with open_store().connect() as con:
+        target = resolve_target(con, run, stitched=True)
+    leaf = target.leaf
+    doc = {"run": leaf["run_id"], "uid": leaf["uid"], "name": leaf["name"], "state": leaf["state"],
+           "group": leaf["run_group"], "source": leaf["source"], "url": leaf["url"],
+           "last_step": leaf["last_step"], "config": leaf["config"] or {}, "summary": leaf["summary"] or {},
+           "lineage": target.lineage_json()}
+    if json_out:
+        output.print_json(doc)
+        return
+    from marinctl.text import inert
+
+    print(f"{inert(leaf['run_id'], single_line=True)}  ({inert(leaf['name'] or '', single_line=True)})")
+    print(f"  state {leaf['state'] or '-'} · group {leaf['run_group'] or '-'} · source {leaf['source']} · last step {leaf['last_step']}")
+    if leaf["url"]:
+        print(f"  {inert(leaf['url'], single_line=True)}")
+    print("\nlineage")
+    output.print_table(["run", "from step", "to step"], [(x["run"], x["from_step"], x["to_step"]) for x in doc["lineage"]])
+    for title, mapping in (("config", doc["config"]), ("summary", doc["summary"])):
+        print(f"\n{title}")
+        flat = _flatten(mapping)
+        if not flat:
+            print("  (empty)")
+        for k, v in flat[:200]:
+            print(f"  {inert(k, single_line=True):<48} {output.fmt(v)}")
+        if len(flat) > 200:
+            print(f"  … {len(flat) - 200} more (use --json)")
+
+
+def _flatten(obj, prefix: str = "") -> list[tuple[str, object]]:
+    out: list[tuple[str, object]] = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out += _flatten(v, f"{prefix}.{k}" if prefix else str(k))
+    else:
+        out.append((prefix, obj))
+    return out
+
+
+def export(
+    run: Annotated[str, typer.Argument(metavar="RUN")],
+    keys: Annotated[Optional[str], typer.Option("--keys", help="Comma-separated metric keys (default: all).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="csv or parquet.")] = "csv",
+    out: Annotated[Optional[Path], typer.Option("--out", help="Output file (default: stdout for csv).")] = None,
+    stitched: Annotated[bool, typer.Option("--stitched", help="Follow the fork lineage: each step from the newest run covering it.")] = False,
+) -> None:
+    from marinctl.store import open_store
+    from marinctl.store.lineage import resolve_target
+    from marinctl.store.metrics import export_relation_sql
+
+    if fmt not in ("csv", "parquet"):
+        raise UserError(f"unknown export format {fmt!r}", "use --format csv or --format parquet")
+    if fmt == "parquet" and out is None:
+        raise UserError("parquet export needs --out PATH", "add --out history.parquet")
+    key_list = [k.strip() for k in keys.split(",") if k.strip()] if keys else None
+    with open_store().connect() as con:
+        target = resolve_target(con, run, stitched=stitched)
+        if key_list:
+            known = {r[0] for r in con.execute("SELECT key FROM metric_keys").fetchall()}
+            missing = [k for k in key_list if k not in known]
+            if missing:
+                raise UserError(f"unknown metric key(s): {', '.join(missing)}",
+                                f"list keys with `marinctl sql \"SELECT key FROM metric_keys\"`")
+        sql_text, params = export_relation_sql(target.segments, key_list)
+        if fmt == "parquet":
+            out.parent.mkdir(parents=True, exist_ok=True)
+            con.execute(sql_text, params).to_arrow_table()  # validate before writing
+            import pyarrow.parquet as pq
+
+            pq.write_table(con.execute(sql_text, params).to_arrow_table(), str(out))
+            output.info(f"wrote {out}")
+            return
+        reader = con.execute(sql_text, params).to_arrow_reader(batch_size=100_000)
+        fh = open(out, "w", newline="") if out else sys.stdout
+        try:
+            writer = csv.writer(fh, lineterminator="\n")
+            writer.writerow(["step", "key", "value"])
+            for batch in reader:
+                cols = batch.to_pydict()
+                writer.writerows(zip(cols["step"], cols["key"], (repr(v) if v is not None else "" for v in cols["value"])))
+        except BrokenPipeError:
+            pass
+        finally:
+            if out:
+                fh.close()
+
+
+def sql(
+    query: Annotated[str, typer.Argument(metavar="QUERY")],
+    json_out: Annotated[bool, typer.Option("--json", help="Rows as JSON objects.")] = False,
+    csv_out: Annotated[bool, typer.Option("--csv", help="Rows as CSV.")] = False,
+) -> None:
+    import duckdb
+
+    from marinctl.store import open_store
+
+    store = open_store()
+    store.ensure_schema()
+    try:
+        con = duckdb.connect(str(store.path), read_only=True)
+    except duckdb.Error as exc:
+        raise RuntimeFailure(f"cannot open the store read-only: {exc}", "retry in a moment") from None
+    try:
+        con.execute(
+            "CREATE OR REPLACE TEMP VIEW history AS SELECT r.run_id AS run, r.uid, m.step, k.key, m.value"
+            " FROM metrics m JOIN metric_keys k USING (key_id) JOIN runs r USING (run_pk)"
+        )
+        try:
+            cur = con.execute(query)
+        except duckdb.Error as exc:
+            msg = str(exc).splitlines()[0]
+            raise UserError(f"SQL error: {msg}", "the store is read-only here; see tables with `marinctl sql \"SHOW TABLES\"`") from None
+        if cur.description is None:
+            return
+        cols = [d[0] for d in cur.description]
+        rows = cur.fetchall()
+    finally:
+        con.close()
+    if json_out:
+        output.print_json([dict(zip(cols, r)) for r in rows])
+    elif csv_out:
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(cols)
+        w.writerows(rows)
+    else:
+        output.print_table(cols, rows)

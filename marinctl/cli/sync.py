@@ -1,9 +1,100 @@
-"""Commands for this group (being built)."""
+"""`marinctl sync`: mirror W&B runs, local .wandb runs and GitHub history into the store."""
 
 from __future__ import annotations
 
+import sys
+import time
+from typing import Annotated, Optional
+
 import typer
+
+from marinctl import output
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app."""
+    app.command(
+        "sync",
+        help=(
+            "Mirror runs into the local DuckDB store. TARGET: `marin` (default: hero lineage, ladder runs, "
+            "hero GitHub issues, logbook, mixture), a W&B URL (wandb.ai or forge form), ENTITY/PROJECT[/RUN_ID], "
+            "a wandb/ dir, run dir or .wandb file, github:OWNER/REPO#N, github:OWNER/REPO/path. "
+            "Safe to interrupt: the next sync resumes without duplicates."
+        ),
+    )(sync)
+
+
+def sync(
+    targets: Annotated[Optional[list[str]], typer.Argument(metavar="[TARGET]...", help="What to mirror (default: marin).")] = None,
+    follow: Annotated[bool, typer.Option("--follow", help="Keep syncing every --interval seconds until Ctrl-C.")] = False,
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between syncs with --follow.")] = 30.0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the contract's JSON summary.")] = False,
+) -> None:
+    from marinctl.store import open_store
+    from marinctl.store.synclock import acquire_all
+    from marinctl.sync import parse_target, sync_targets
+
+    targets = targets or ["marin"]
+    for t in targets:  # validate every target before touching the network or the store
+        parse_target(t)
+    store = open_store()
+    progress = _Progress(enabled=not json_out and sys.stderr.isatty())
+    total = {"runs": [], "events_added": 0}
+    with acquire_all(store.path, targets, owner="sync"):
+        while True:
+            report = sync_targets(store, targets, progress=progress)
+            progress.close()
+            total["runs"] += report["runs"]
+            total["events_added"] += report["events_added"]
+            if not follow:
+                break
+            if not json_out:
+                _print_human(report)
+            try:
+                time.sleep(interval)
+            except KeyboardInterrupt:
+                break
+    if json_out:
+        output.print_json(total)
+    else:
+        _print_human(total)
+
+
+def _print_human(report: dict) -> None:
+    rows = [(r["run"], r["rows_added"], r["first_step"], r["last_step"]) for r in report["runs"]]
+    if rows:
+        output.print_table(["run", "rows added", "first step", "last step"], rows)
+    if report.get("events_added"):
+        print(f"events added or updated: {report['events_added']}")
+    if not rows and not report.get("events_added"):
+        print("nothing new")
+
+
+class _Progress:
+    """A rich progress bar on stderr for long syncs (silent when not a terminal)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self._bar = None
+        self._tasks: dict[str, int] = {}
+
+    def __call__(self, name: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self._bar is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+            self._bar.start()
+        from marinctl.text import markup_safe
+
+        if name not in self._tasks:
+            self._tasks[name] = self._bar.add_task(markup_safe(name, single_line=True)[:40], total=max(total, 1))
+        self._bar.update(self._tasks[name], completed=done, total=max(total, 1))
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+            self._tasks.clear()

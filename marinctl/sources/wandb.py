@@ -1,0 +1,384 @@
+"""W&B's public GraphQL API over plain httpx: list runs, read metadata and full history.
+
+Why not the wandb SDK: since 0.27 `wandb.Api()` spawns a `wandb-core` process, needs
+an API key even for public projects, and yields history one Python dict at a time.
+marinctl speaks the same GraphQL (queries as in wandb.md §2–4) and hands history to
+DuckDB in bulk. Public projects are read anonymously; `WANDB_API_KEY` or the netrc entry
+`wandb login` wrote is sent as HTTP basic auth `api:KEY` when present, and never printed.
+"""
+
+from __future__ import annotations
+
+import json
+import netrc
+import os
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Iterator
+from urllib.parse import urlparse
+
+import httpx
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
+
+from marinctl import __version__
+from marinctl.domain import RunInfo
+from marinctl.errors import RuntimeFailure, UserError
+from marinctl.sources.http import Pacer, Retryable, RetryWait, server_wait
+
+DEFAULT_BASE_URL = "https://api.wandb.ai"
+CLOUD_HOSTS = ("api.wandb.ai", "api.forge.coreweave.com")
+
+RUN_FIELDS = """
+    id name displayName state group jobType createdAt heartbeatAt tags
+    historyLineCount config summaryMetrics historyKeys
+"""
+
+RUNS_QUERY = f"""
+query Runs($project: String!, $entity: String!, $cursor: String, $perPage: Int, $order: String, $filters: JSONString) {{
+  project(name: $project, entityName: $entity) {{
+    runs(filters: $filters, after: $cursor, first: $perPage, order: $order) {{
+      edges {{ node {{ {RUN_FIELDS} }} cursor }}
+      pageInfo {{ endCursor hasNextPage }}
+    }}
+  }}
+}}
+"""
+
+RUN_QUERY = f"""
+query Run($project: String!, $entity: String!, $name: String!) {{
+  project(name: $project, entityName: $entity) {{
+    run(name: $name) {{ {RUN_FIELDS} }}
+  }}
+}}
+"""
+
+HISTORY_QUERY = """
+query HistoryPage($entity: String!, $project: String!, $run: String!, $minStep: Int64!, $maxStep: Int64!, $pageSize: Int!) {
+  project(name: $project, entityName: $entity) {
+    run(name: $run) { history(minStep: $minStep, maxStep: $maxStep, samples: $pageSize) }
+  }
+}
+"""
+
+PARQUET_QUERY = """
+query RunParquetHistory($entity: String!, $project: String!, $runName: String!, $liveKeys: [String!]!) {
+  project(name: $project, entityName: $entity) {
+    run(name: $runName) { parquetHistory(liveKeys: $liveKeys) { parquetUrls liveData } }
+  }
+}
+"""
+
+_FORK = re.compile(r"^(?P<parent>[^?]+)\?_step=(?P<step>\d+)$")
+
+
+def api_key(base_url: str) -> str | None:
+    """WANDB_API_KEY, else the netrc entry for the API host (as `wandb login` writes it)."""
+    if os.environ.get("WANDB_API_KEY"):
+        return os.environ["WANDB_API_KEY"].strip()
+    host = urlparse(base_url).hostname or ""
+    try:
+        auth = netrc.netrc(os.environ.get("NETRC") or None)
+    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        return None
+    for machine in (host, "api.wandb.ai"):
+        entry = auth.authenticators(machine)
+        if entry and entry[2]:
+            return entry[2]
+    return None
+
+
+def base_url() -> str:
+    return (os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+
+
+@dataclass
+class ParquetHistory:
+    urls: list[str]
+    live_rows: list[dict[str, Any]]
+
+
+class WandbClient:
+    """A small, polite GraphQL client. All failures surface as marinctl errors."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        key: str | None = None,
+        *,
+        pace: float | None = None,
+        max_attempts: int = 8,
+        timeout: float = 60.0,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        self.base_url = (url or base_url()).rstrip("/")
+        key = key if key is not None else api_key(self.base_url)
+        self._has_key = bool(key)
+        if pace is None:
+            env = os.environ.get("MARINCTL_WANDB_PACE")
+            is_cloud = urlparse(self.base_url).hostname in CLOUD_HOSTS
+            pace = float(env) if env else (0.5 if is_cloud else 0.0)
+        self._pacer = Pacer(pace)
+        self._max_attempts = max_attempts
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(timeout, connect=10.0),
+            auth=("api", key) if key else None,
+            headers={"User-Agent": f"marinctl/{__version__}"},
+            transport=transport,
+            follow_redirects=True,
+        )
+        self.requests = 0
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> "WandbClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- transport ---------------------------------------------------------------------
+    def _post_once(self, query: str, variables: dict[str, Any]) -> dict[str, Any]:
+        self._pacer.wait()
+        self.requests += 1
+        try:
+            resp = self._client.post(f"{self.base_url}/graphql", json={"query": query, "variables": variables})
+        except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+            raise Retryable(f"{type(exc).__name__} talking to {self.base_url}") from exc
+        if resp.status_code == 429:
+            raise Retryable("rate limited (429)", server_wait(resp.headers) or 2.0)
+        if resp.status_code in (401, 403):
+            who = "the API key from WANDB_API_KEY/netrc" if self._has_key else "anonymous access"
+            raise RuntimeFailure(
+                f"W&B rejected {who} (HTTP {resp.status_code}) at {self.base_url}",
+                "check the key with `wandb login --verify`, or unset WANDB_API_KEY for public projects",
+            )
+        if resp.status_code >= 500 or resp.status_code == 408:
+            raise Retryable(f"server error {resp.status_code}", server_wait(resp.headers))
+        if resp.status_code >= 400:
+            raise RuntimeFailure(f"W&B answered HTTP {resp.status_code} at {self.base_url}/graphql")
+        try:
+            payload = resp.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise Retryable("truncated or malformed response body") from exc
+        if not isinstance(payload, dict):
+            raise Retryable("unexpected response shape")
+        errors = payload.get("errors")
+        if errors:
+            messages = "; ".join(str(e.get("message", e)) for e in errors if isinstance(e, dict)) or str(errors)
+            if re.search(r"not found|does not exist|could not find", messages, re.I):
+                raise UserError(f"W&B: {messages}", "check the name; list runs you have with `marinctl runs`")
+            raise Retryable(f"GraphQL error: {messages[:200]}")
+        if "data" not in payload:
+            raise Retryable("response without data")
+        return payload["data"]
+
+    def graphql(self, query: str, variables: dict[str, Any]) -> dict[str, Any]:
+        retrying = Retrying(
+            retry=retry_if_exception_type(Retryable),
+            wait=RetryWait(),
+            stop=stop_after_attempt(self._max_attempts),
+            reraise=True,
+        )
+        try:
+            return retrying(self._post_once, query, variables)
+        except Retryable as exc:
+            raise RuntimeFailure(
+                f"W&B at {self.base_url} kept failing ({exc}); nothing stored was lost",
+                "run the same `marinctl sync` again later; it resumes where it stopped",
+            ) from exc
+
+    # -- runs --------------------------------------------------------------------------
+    def list_runs(
+        self,
+        entity: str,
+        project: str,
+        *,
+        filters: dict[str, Any] | None = None,
+        order: str = "+created_at",
+        per_page: int = 100,
+    ) -> Iterator[RunInfo]:
+        """Every run matching `filters`, de-duplicated by name (cursors are offsets, pages can shift)."""
+        seen: set[str] = set()
+        cursor: str | None = None
+        stalled = 0
+        while True:
+            data = self.graphql(RUNS_QUERY, {
+                "entity": entity, "project": project, "cursor": cursor, "perPage": per_page,
+                "order": order, "filters": json.dumps(filters or {}),
+            })
+            proj = data.get("project")
+            if proj is None:
+                raise UserError(
+                    f"W&B project {entity}/{project} not found (or not public)",
+                    f"check it at https://wandb.ai/{entity}/{project}; list mirrored runs with `marinctl runs`",
+                )
+            runs = proj["runs"]
+            for edge in runs.get("edges") or []:
+                node = edge.get("node") or {}
+                if node.get("name") in seen:
+                    continue
+                seen.add(node["name"])
+                yield parse_run(node, entity, project)
+            info = runs.get("pageInfo") or {}
+            if not info.get("hasNextPage"):
+                return
+            next_cursor = info.get("endCursor")
+            stalled = stalled + 1 if next_cursor == cursor else 0
+            if stalled >= 3:  # a cursor that never advances would loop forever
+                return
+            cursor = next_cursor
+
+    def run(self, entity: str, project: str, run_id: str) -> RunInfo:
+        data = self.graphql(RUN_QUERY, {"entity": entity, "project": project, "name": run_id})
+        proj = data.get("project")
+        if proj is None:
+            raise UserError(f"W&B project {entity}/{project} not found (or not public)",
+                            f"check it at https://wandb.ai/{entity}/{project}")
+        node = proj.get("run")
+        if node is None:
+            raise UserError(f"W&B run {entity}/{project}/{run_id} not found",
+                            f"list the project's runs with `marinctl sync {entity}/{project}` then `marinctl runs`")
+        return parse_run(node, entity, project)
+
+    # -- history -----------------------------------------------------------------------
+    def history(self, entity: str, project: str, run_id: str, min_step: int, max_step: int) -> list[dict[str, Any]]:
+        """Full rows with min_step <= _step < max_step (an empty window is not the end)."""
+        data = self.graphql(HISTORY_QUERY, {
+            "entity": entity, "project": project, "run": run_id,
+            "minStep": int(min_step), "maxStep": int(max_step), "pageSize": int(max_step - min_step),
+        })
+        run = (data.get("project") or {}).get("run")
+        if run is None:
+            raise UserError(f"W&B run {entity}/{project}/{run_id} not found")
+        rows = []
+        for raw in run.get("history") or []:
+            row = json.loads(raw) if isinstance(raw, str) else raw
+            if isinstance(row, dict):
+                rows.append(row)
+        return rows
+
+    def parquet_history(self, entity: str, project: str, run_id: str) -> ParquetHistory:
+        data = self.graphql(PARQUET_QUERY, {
+            "entity": entity, "project": project, "runName": run_id, "liveKeys": ["_step"],
+        })
+        run = (data.get("project") or {}).get("run")
+        if run is None:
+            raise UserError(f"W&B run {entity}/{project}/{run_id} not found")
+        ph = run.get("parquetHistory") or {}
+        live = ph.get("liveData") or []
+        live = [json.loads(r) if isinstance(r, str) else r for r in live]
+        return ParquetHistory(urls=list(ph.get("parquetUrls") or []), live_rows=[r for r in live if isinstance(r, dict)])
+
+    def download(self, url: str, dest) -> int:
+        """GET a parquet export (signed URL: no auth header sent to other hosts)."""
+        def once() -> int:
+            self._pacer.wait()
+            try:
+                with httpx.stream("GET", url, timeout=120.0, follow_redirects=True) as resp:
+                    if resp.status_code == 429 or resp.status_code >= 500:
+                        raise Retryable(f"download failed: HTTP {resp.status_code}", server_wait(resp.headers))
+                    if resp.status_code >= 400:
+                        raise RuntimeFailure(f"history export download failed: HTTP {resp.status_code}")
+                    tmp = dest.with_suffix(dest.suffix + ".part")
+                    n = 0
+                    with open(tmp, "wb") as fh:
+                        for chunk in resp.iter_bytes(1 << 20):
+                            fh.write(chunk)
+                            n += len(chunk)
+                    expected = resp.headers.get("content-length")
+                    if expected is not None and int(expected) != n:
+                        raise Retryable("truncated download")
+                    tmp.replace(dest)
+                    return n
+            except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+                raise Retryable(f"download: {type(exc).__name__}") from exc
+
+        retrying = Retrying(retry=retry_if_exception_type(Retryable), wait=RetryWait(),
+                            stop=stop_after_attempt(self._max_attempts), reraise=True)
+        try:
+            return retrying(once)
+        except Retryable as exc:
+            raise RuntimeFailure(f"history export download kept failing ({exc})",
+                                 "run the same `marinctl sync` again later") from exc
+
+
+# -- parsing (no I/O: tested on fixtures) ---------------------------------------------------
+def _json_string(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return {}
+    return value or {}
+
+
+def _time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    s = str(value)
+    if s.endswith("Z"):
+        s = s[:-1] + "+00:00"
+    try:
+        dt = datetime.fromisoformat(s)
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        from datetime import timezone
+
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt
+
+
+def unwrap_config(raw: dict[str, Any]) -> dict[str, Any]:
+    """W&B stores config as {key: {"value": v, "desc": …}}; internal keys are dropped."""
+    out = {}
+    for k, v in raw.items():
+        if k in ("_wandb", "wandb_version"):
+            continue
+        out[k] = v["value"] if isinstance(v, dict) and "value" in v else v
+    return out
+
+
+def find_fork(config: Any) -> tuple[str, int] | None:
+    """A `fork_from = "parent?_step=N"` anywhere in the config (Marin's tracker config)."""
+    stack = [config]
+    while stack:
+        cur = stack.pop()
+        if isinstance(cur, dict):
+            for k, v in cur.items():
+                if k == "fork_from" and isinstance(v, str) and (m := _FORK.match(v.strip())):
+                    return m.group("parent"), int(m.group("step"))
+                stack.append(v)
+        elif isinstance(cur, list):
+            stack.extend(cur)
+    return None
+
+
+def parse_run(node: dict[str, Any], entity: str, project: str) -> RunInfo:
+    config = unwrap_config(_json_string(node.get("config")))
+    summary = _json_string(node.get("summaryMetrics"))
+    keys = _json_string(node.get("historyKeys"))
+    fork = find_fork(config)
+    last = keys.get("lastStep") if isinstance(keys, dict) else None
+    return RunInfo(
+        source="wandb",
+        run_id=node["name"],
+        entity=entity,
+        project=project,
+        name=node.get("displayName"),
+        group=node.get("group"),
+        job_type=node.get("jobType"),
+        tags=list(node.get("tags") or []),
+        state=node.get("state"),
+        created_at=_time(node.get("createdAt")),
+        heartbeat_at=_time(node.get("heartbeatAt")),
+        config=config,
+        summary=summary if isinstance(summary, dict) else {},
+        fork_parent=fork[0] if fork else None,
+        fork_step=fork[1] if fork else None,
+        remote_last_step=int(last) if isinstance(last, (int, float)) else None,
+        history_line_count=node.get("historyLineCount"),
+        url=f"https://wandb.ai/{entity}/{project}/runs/{node['name']}",
+    )

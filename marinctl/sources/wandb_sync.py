@@ -1,0 +1,240 @@
+"""Mirror one W&B run's history into the store: bulk from parquet exports, then step windows.
+
+Resumability is the design constraint: a sync killed at any moment (Ctrl-C, SIGKILL)
+must lose nothing and resume without duplicates. Every unit of work — a parquet chunk or
+a history window — is written in ONE transaction together with the watermark
+(`sync_state` scope 'history': the next step to fetch). A killed sync leaves the last
+committed unit; the next one starts from the watermark and `replace_range` makes any
+overlap idempotent.
+
+Rewinds and forks: when W&B's `lastStep` goes backwards, or the `_timestamp` of the last
+step we stored no longer matches what W&B serves, history was rewritten; we walk back to
+the first step that differs and re-sync from there. Fork children are stored only from
+`fork_step + 1` (they inherit the rest from their parent; see store/lineage.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
+
+from marinctl import paths
+from marinctl.domain import RunInfo
+from marinctl.sources.wandb import WandbClient
+from marinctl.store import Store
+from marinctl.store import metrics as M
+from marinctl.store.runs import upsert_run
+
+Progress = Callable[[str, int, int], None]  # (run_id, steps_done, steps_total)
+
+TARGET_VALUES_PER_PAGE = 200_000
+PARQUET_CHUNK_STEPS = 25_000
+
+
+@dataclass
+class RunSyncResult:
+    run: str
+    rows_added: int
+    first_step: int | None
+    last_step: int | None
+    rewound_from: int | None = None
+
+    def as_json(self) -> dict:
+        return {"run": self.run, "rows_added": self.rows_added, "first_step": self.first_step,
+                "last_step": self.last_step, **({"rewound_from": self.rewound_from} if self.rewound_from is not None else {})}
+
+
+def _watermark(con, uid: str) -> int | None:
+    row = con.execute("SELECT position FROM sync_state WHERE scope = 'history' AND name = ?", [uid]).fetchone()
+    return row[0] if row else None
+
+
+def _set_watermark(con, uid: str, position: int) -> None:
+    con.execute(
+        "INSERT INTO sync_state (scope, name, position, updated_at) VALUES ('history', ?, ?, current_timestamp)"
+        " ON CONFLICT (scope, name) DO UPDATE SET position = excluded.position, updated_at = excluded.updated_at",
+        [uid, position],
+    )
+
+
+def _commit_batch(store: Store, run_pk: int, uid: str, batch, lo: int, hi: int, last_step: int | None) -> int:
+    with store.transaction() as con:
+        n = M.replace_range(con, run_pk, batch, lo, hi, existing_last_step=last_step)
+        if batch.num_rows:
+            top = _max_step(batch)
+            con.execute("UPDATE runs SET last_step = greatest(coalesce(last_step, -1), ?) WHERE run_pk = ?", [top, run_pk])
+        _set_watermark(con, uid, hi)
+    return n
+
+
+def _max_step(batch) -> int:
+    import pyarrow.compute as pc
+
+    return int(pc.max(batch.column("step")).as_py())
+
+
+def _stored_timestamps(store: Store, run_pk: int, lo: int, hi: int) -> dict[int, float]:
+    with store.connect() as con:
+        steps, values = M.series(con, [(run_pk, lo, hi)], "_timestamp")
+    return dict(zip(steps.tolist(), values.tolist()))
+
+
+def _same(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return math.isclose(a, b, rel_tol=0, abs_tol=1e-6)
+
+
+def _find_divergence(client: WandbClient, run: RunInfo, store: Store, run_pk: int, last: int, floor: int, window: int) -> int:
+    """First step whose stored `_timestamp` differs from W&B's (walking back window by window)."""
+    hi = last + 1
+    while hi > floor:
+        lo = max(floor, hi - window)
+        remote = {int(r["_step"]): r.get("_timestamp") for r in client.history(run.entity, run.project, run.run_id, lo, hi)}
+        local = _stored_timestamps(store, run_pk, lo, hi)
+        diverged = [s for s in local if not _same(local[s], remote.get(s))]
+        if not diverged:
+            return hi  # everything in this window agrees: the rewrite starts above it
+        first = min(diverged)
+        if first > lo:
+            return first
+        hi = lo
+    return floor
+
+
+def sync_run(
+    store: Store,
+    client: WandbClient,
+    run: RunInfo,
+    *,
+    progress: Progress | None = None,
+    use_parquet: bool = True,
+) -> RunSyncResult:
+    """Bring one run's metadata and history up to date; safe to interrupt at any point."""
+    with store.transaction() as con:
+        run_pk = upsert_run(con, run)
+        last_step = con.execute("SELECT last_step FROM runs WHERE run_pk = ?", [run_pk]).fetchone()[0]
+        mark = _watermark(con, run.uid)
+    floor = (run.fork_step + 1) if run.fork_step is not None else 0
+    remote_last = run.remote_last_step
+    result = RunSyncResult(run=run.run_id, rows_added=0, first_step=None, last_step=last_step)
+    if remote_last is None or remote_last < floor:
+        return result
+    window = 1000
+
+    # Rewind detection: lastStep went backwards, or the last stored step changed.
+    if last_step is not None:
+        rewound = remote_last < last_step
+        if not rewound:
+            rows = client.history(run.entity, run.project, run.run_id, last_step, last_step + 1)
+            remote_ts = rows[0].get("_timestamp") if rows else None
+            local_ts = _stored_timestamps(store, run_pk, last_step, last_step + 1).get(last_step)
+            rewound = local_ts is not None and not _same(local_ts, remote_ts)
+        if rewound:
+            start = _find_divergence(client, run, store, run_pk, min(last_step, remote_last + window), floor, window)
+            with store.transaction() as con:
+                con.execute("DELETE FROM metrics WHERE run_pk = ? AND step >= ?", [run_pk, start])
+                con.execute("DELETE FROM anomalies WHERE run_pk = ? AND step >= ?", [run_pk, start])
+                M.refresh_last_step(con, run_pk)
+                _set_watermark(con, run.uid, start)
+                last_step = con.execute("SELECT last_step FROM runs WHERE run_pk = ?", [run_pk]).fetchone()[0]
+            mark = start
+            result.rewound_from = start
+
+    start = max(floor, mark if mark is not None else (last_step + 1 if last_step is not None else floor))
+    total = remote_last + 1 - start
+    done = 0
+    if progress:
+        progress(run.run_id, 0, max(total, 0))
+    if start > remote_last:
+        result.last_step = last_step
+        return result
+
+    # Bulk: parquet exports cover finished history; far cheaper than JSON windows.
+    if use_parquet and remote_last - start > 4 * window:
+        added, start, last_step = _sync_parquet(store, client, run, run_pk, start, remote_last, last_step, progress, total)
+        result.rows_added += added
+        done = start - (remote_last + 1 - total)
+
+    # Live tail and anything not exported: history windows, fetched one ahead.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        lo = start
+        hi = min(lo + window, remote_last + 1)
+        future = pool.submit(client.history, run.entity, run.project, run.run_id, lo, hi) if lo <= remote_last else None
+        while future is not None:
+            rows = future.result()
+            batch = M.batch_from_rows(rows)
+            per_step = max(1.0, batch.num_rows / max(1, hi - lo))
+            next_window = int(min(10_000, max(100, TARGET_VALUES_PER_PAGE / per_step)))
+            nlo, nhi = hi, min(hi + next_window, remote_last + 1)
+            future = pool.submit(client.history, run.entity, run.project, run.run_id, nlo, nhi) if nlo <= remote_last else None
+            result.rows_added += _commit_batch(store, run_pk, run.uid, batch, lo, hi, last_step)
+            if batch.num_rows:
+                last_step = max(last_step if last_step is not None else -1, _max_step(batch))
+            done += hi - lo
+            if progress:
+                progress(run.run_id, done, total)
+            lo, hi = nlo, nhi
+
+    with store.connect() as con:
+        first, last = con.execute("SELECT min(step), max(step) FROM metrics WHERE run_pk = ?", [run_pk]).fetchone()
+    result.first_step, result.last_step = first, last
+    return result
+
+
+def _sync_parquet(store, client, run, run_pk, start, remote_last, last_step, progress, total):
+    """Load exported history in step chunks, each chunk one transaction; returns (rows, next_start, last_step)."""
+    ph = client.parquet_history(run.entity, run.project, run.run_id)
+    if not ph.urls:
+        return 0, start, last_step
+    folder = paths.subdir("parquet") / hashlib.sha1(run.uid.encode()).hexdigest()[:16]
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    for i, url in enumerate(sorted(ph.urls)):
+        dest = folder / f"part-{i:04d}.parquet"
+        client.download(url, dest)
+        files.append(str(dest))
+    live_steps = [int(r["_step"]) for r in ph.live_rows if "_step" in r]
+    with store.connect() as con:
+        src = f"read_parquet({files!r}, union_by_name = true)"
+        cols = con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()
+        exported_max = con.execute(f"SELECT max(_step) FROM {src}").fetchone()[0]
+    if exported_max is None:
+        return 0, start, last_step
+    boundary = min(min(live_steps) if live_steps else exported_max + 1, exported_max + 1, remote_last + 1)
+    numeric = [c[0] for c in cols if c[0] != "_step" and _is_numeric(c[1])]
+    if not numeric or boundary <= start:
+        return 0, start, last_step
+    select = ", ".join(f'CAST("{c.replace(chr(34), chr(34) * 2)}" AS DOUBLE) AS "{c.replace(chr(34), chr(34) * 2)}"' for c in numeric)
+    added = 0
+    lo = start
+    while lo < boundary:
+        hi = min(lo + PARQUET_CHUNK_STEPS, boundary)
+        rel = (
+            f"SELECT _step AS step, key, value FROM (UNPIVOT (SELECT CAST(_step AS BIGINT) AS _step, {select}"
+            f" FROM {src} WHERE _step >= {int(lo)} AND _step < {int(hi)}) ON COLUMNS(* EXCLUDE (_step))"
+            " INTO NAME key VALUE value)"
+        )
+        with store.transaction() as con:
+            if last_step is not None and lo <= last_step:
+                con.execute("DELETE FROM metrics WHERE run_pk = ? AND step >= ? AND step < ?", [run_pk, lo, hi])
+            n = M.insert_from_relation(con, run_pk, rel)
+            top = con.execute("SELECT max(step) FROM metrics WHERE run_pk = ? AND step >= ? AND step < ?", [run_pk, lo, hi]).fetchone()[0]
+            if top is not None:
+                con.execute("UPDATE runs SET last_step = greatest(coalesce(last_step, -1), ?) WHERE run_pk = ?", [top, run_pk])
+                last_step = max(last_step if last_step is not None else -1, top)
+            _set_watermark(con, run.uid, hi)
+        added += n
+        if progress:
+            progress(run.run_id, hi - (remote_last + 1 - total), total)
+        lo = hi
+    return added, boundary, last_step
+
+
+def _is_numeric(duck_type: str) -> bool:
+    t = duck_type.upper()
+    return any(t.startswith(p) for p in ("DOUBLE", "FLOAT", "REAL", "BIGINT", "INTEGER", "SMALLINT", "TINYINT",
+                                          "HUGEINT", "UBIGINT", "UINTEGER", "USMALLINT", "UTINYINT", "DECIMAL", "BOOLEAN"))

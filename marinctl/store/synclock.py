@@ -1,0 +1,56 @@
+"""Advisory per-target sync locks, so two processes never sync the same target at once.
+
+DuckDB already serialises writers per file, but a `marinctl sync hero` started while
+`watch` follows the hero would interleave two syncs of one run. Each syncing process
+holds an fcntl lock on `<db>.locks/<hash(target)>.lock` (released by the OS even on
+SIGKILL); a second one is told who holds it instead of waiting.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from marinctl.errors import RuntimeFailure
+
+
+def _lock_path(db_path: Path, target: str) -> Path:
+    folder = Path(str(db_path) + ".locks")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / (hashlib.sha1(target.strip().encode()).hexdigest()[:16] + ".lock")
+
+
+@contextmanager
+def acquire(db_path: Path, target: str, owner: str = "sync") -> Iterator[None]:
+    path = _lock_path(db_path, target)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another marinctl process"
+            raise RuntimeFailure(
+                f"{holder} is already syncing {target}",
+                "let it finish (a running `marinctl watch` keeps it in sync), or stop it first",
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{owner} (pid {os.getpid()})".encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def acquire_all(db_path: Path, targets: list[str], owner: str = "sync") -> Iterator[None]:
+    with ExitStack() as stack:
+        for target in sorted(set(targets)):
+            stack.enter_context(acquire(db_path, target, owner))
+        yield

@@ -1,0 +1,130 @@
+"""The DuckDB store: migrations, idempotent writes, downsampling, lineage (real throwaway files)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from marinctl.domain import RunInfo
+from marinctl.errors import UserError
+from marinctl.store import Store, schema
+from marinctl.store import metrics as M
+from marinctl.store.lineage import resolve_target
+from marinctl.store.runs import resolve_run, upsert_run
+
+
+def _batch(steps, key, values):
+    return pa.table({"step": pa.array(steps, pa.int64()), "key": pa.array([key] * len(steps), pa.string()),
+                     "value": pa.array(values, pa.float64())})
+
+
+def _run(run_id, **kw):
+    return RunInfo(source="wandb", run_id=run_id, entity="e", project="p",
+                   created_at=datetime(2026, 1, 1, tzinfo=timezone.utc), **kw)
+
+
+def test_migrations_apply_once_and_are_numbered(store):
+    store.ensure_schema()
+    with store.connect(write=True) as con:
+        assert schema.current_version(con) == schema.latest_version()
+        assert schema.migrate(con) == []  # nothing left to apply
+        tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    assert {"runs", "metrics", "metric_keys", "sync_state", "events", "anomalies", "schema_migrations"} <= tables
+    versions = [v for v, _, _ in schema.migrations()]
+    assert versions == sorted(versions) and versions[0] == 1
+
+
+def test_replace_range_is_idempotent(store):
+    with store.transaction() as con:
+        pk = upsert_run(con, _run("r1"))
+        M.replace_range(con, pk, _batch([0, 1, 2], "train/loss", [3.0, 2.0, 1.0]), 0, 3)
+    for _ in range(3):  # a crashed-and-retried batch must not duplicate
+        with store.transaction() as con:
+            M.replace_range(con, pk, _batch([1, 2, 3], "train/loss", [2.5, 1.5, 0.5]), 1, 4)
+    with store.connect() as con:
+        steps, values = M.series(con, [(pk, None, None)], "train/loss")
+    assert steps.tolist() == [0, 1, 2, 3]
+    assert values.tolist() == [3.0, 2.5, 1.5, 0.5]
+
+
+def test_transaction_rolls_back_on_error(store):
+    with store.transaction() as con:
+        pk = upsert_run(con, _run("r1"))
+        M.replace_range(con, pk, _batch([0], "k", [1.0]), 0, 1)
+    with pytest.raises(RuntimeError):
+        with store.transaction() as con:
+            M.replace_range(con, pk, _batch([0, 1], "k", [9.0, 9.0]), 0, 2)
+            raise RuntimeError("killed mid-batch")
+    with store.connect() as con:
+        assert M.series(con, [(pk, None, None)], "k")[1].tolist() == [1.0]
+
+
+def test_one_step_spike_survives_downsampling_at_every_zoom(store):
+    n = 400_000
+    steps = np.arange(n)
+    values = 2.0 + 0.01 * np.sin(steps / 100.0)
+    spike_at = 271_828
+    values[spike_at] = 50.0
+    values[123_456] = np.nan
+    with store.transaction() as con:
+        pk = upsert_run(con, _run("big"))
+        M.replace_range(con, pk, _batch(steps.tolist(), "train/loss", values.tolist()), 0, n)
+    with store.connect() as con:
+        for lo, hi, buckets in [(0, n, 200), (0, n, 1000), (250_000, 300_000, 100), (271_000, 272_000, 50)]:
+            env = M.downsample(con, [(pk, None, None)], "train/loss", lo, hi, buckets)
+            assert len(env) <= buckets
+            assert np.nanmax(env.vmax) == 50.0
+            assert env.step_of_max[np.nanargmax(env.vmax)] == spike_at
+            assert int(env.count.sum()) == hi - lo
+        env = M.downsample(con, [(pk, None, None)], "train/loss", 0, n, 100)
+        assert int(env.nonfinite.sum()) == 1
+
+
+def test_resolve_run_errors_are_user_errors(store):
+    with store.transaction() as con:
+        upsert_run(con, _run("abc"))
+        assert resolve_run(con, "abc")["run_id"] == "abc"
+        assert resolve_run(con, "e/p/abc")["run_id"] == "abc"
+        assert resolve_run(con, "https://wandb.ai/e/p/runs/abc")["run_id"] == "abc"
+        with pytest.raises(UserError):
+            resolve_run(con, "nope")
+
+
+def test_stitched_lineage_takes_each_step_from_newest_run(store):
+    with store.transaction() as con:
+        a = upsert_run(con, _run("hero-a", group="moe-hero-ep"))
+        b = upsert_run(con, _run("hero-b-step5k", group="moe-hero-ep", fork_parent="hero-a", fork_step=5))
+        c = upsert_run(con, _run("hero-c-step8k", group="moe-hero-ep", fork_parent="hero-b-step5k", fork_step=8))
+        M.replace_range(con, a, _batch(list(range(0, 10)), "train/loss", [1.0] * 10), 0, 10)  # a ran past the fork
+        M.replace_range(con, b, _batch(list(range(6, 12)), "train/loss", [2.0] * 6), 6, 12)
+        M.replace_range(con, c, _batch(list(range(9, 15)), "train/loss", [3.0] * 6), 9, 15)
+        target = resolve_target(con, "hero")
+        steps, values = M.series(con, target.segments, "train/loss")
+    assert [r["run_id"] for r in target.runs] == ["hero-a", "hero-b-step5k", "hero-c-step8k"]
+    assert steps.tolist() == list(range(15))
+    assert values.tolist() == [1.0] * 6 + [2.0] * 3 + [3.0] * 6
+    assert target.run_at(7)["run_id"] == "hero-b-step5k"
+
+
+def test_store_lock_conflict_is_reported_not_hung(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "locked.duckdb"
+    Store(path).ensure_schema()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import duckdb,time; c=duckdb.connect({str(path)!r}); print('ok', flush=True); time.sleep(20)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ok"
+        from marinctl.errors import RuntimeFailure
+
+        with pytest.raises(RuntimeFailure, match="locked"):
+            with Store(path, lock_timeout=0.5).connect() as con:
+                con.execute("SELECT 1")
+    finally:
+        holder.kill()
+        holder.wait()
