@@ -3,32 +3,51 @@
 Run names, config values, issue titles, comments and commit messages come from
 strangers. Before marinctl prints or displays them, terminal escape sequences (CSI,
 OSC including OSC 8 hyperlinks and OSC 52 clipboard writes, DCS/APC/PM/SOS strings),
-every other C0/C1 control character, and Unicode bidi overrides/isolates are removed,
-so nothing a stranger writes can move the cursor, retitle the window, write the
-clipboard or reorder what the reader sees. `markup_safe` additionally escapes Rich /
-Textual markup for widgets that interpret it.
+every other C0/C1 control character, and Unicode bidi overrides/isolates/marks are
+removed, so nothing a stranger writes can move the cursor, retitle the window, write the
+clipboard or reorder what the reader sees. Lone surrogates (possible in JSON `\\ud800`
+escapes) become U+FFFD so printing can never raise.
+
+`markup_safe` additionally escapes markup for widgets that interpret it. Rich and
+Textual parse backslashes differently, so it takes a `dialect`:
+- `rich` (default): escapes every `[` that could open a Rich tag and doubles the
+  backslashes in front of it (what `rich.markup.escape` does), plus a trailing run of
+  backslashes, so the result can be concatenated with markup tags safely.
+  Render with `emoji=False`: Rich's `:name:` emoji codes cannot be escaped.
+- `textual`: Textual treats every unescaped `[` as a tag and only `\\[` as an escape,
+  so every `[` is escaped and backslashes are left alone. Prefer `Content(text)`
+  (no markup) in widgets; use this only where markup must be built from parts.
 """
 
 from __future__ import annotations
 
 import re
 
-# ESC-introduced sequences: CSI (ESC [ ... final), OSC/DCS/SOS/PM/APC strings up to ST or BEL
-# (or to the end of the text when unterminated), and two-byte ESC sequences.
-_ESC_STRING = re.compile(r"\x1b[\]P^_X][^\x07\x1b]*(?:\x07|\x1b\\|$)", re.S)
+# ESC-introduced strings: OSC/DCS/SOS/PM/APC up to ST (ESC \ or 0x9c) or BEL, or to the
+# end of the text when unterminated (so an unterminated OSC 8/52 payload is dropped).
+_ESC_STRING = re.compile(r"\x1b[\]P^_X][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c|$)", re.S)
 _CSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]?")
 _ESC_OTHER = re.compile(r"\x1b[ -/]*[0-~]?")
 # 8-bit C1 equivalents: CSI (0x9b), OSC (0x9d), DCS (0x90), SOS (0x98), PM (0x9e), APC (0x9f)
-_C1_STRING = re.compile(r"[\x90\x98\x9d\x9e\x9f][^\x07\x9c\x1b]*(?:\x07|\x9c|$)", re.S)
+_C1_STRING = re.compile(r"[\x90\x98\x9d\x9e\x9f][^\x07\x9c\x1b]*(?:\x07|\x9c|\x1b\\|$)", re.S)
 _C1_CSI = re.compile(r"\x9b[0-?]*[ -/]*[@-~]?")
 # Remaining controls: C0 except TAB and LF, DEL, C1; bidi embeddings/overrides/isolates and marks.
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f" + BIDI + "]")
+_SURROGATES = re.compile(r"[\ud800-\udfff]")
+_LINE_SEPARATORS = re.compile(r"[\u2028\u2029\x85]")
+
+# Rich opens a tag at '[' followed by [a-z#/@] and closed by ']' with no '[' between.
+_RICH_TAG = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")
+_TRAILING_BACKSLASHES = re.compile(r"(\\+)$")
 
 
 def inert(text: object, *, single_line: bool = False) -> str:
     """Return `text` with escape sequences, control characters and bidi controls removed."""
     s = "" if text is None else str(text)
+    s = _SURROGATES.sub("\ufffd", s)
     s = s.replace("\r\n", "\n")
+    s = _LINE_SEPARATORS.sub("\n", s)
     s = _ESC_STRING.sub("", s)
     s = _CSI.sub("", s)
     s = _ESC_OTHER.sub("", s)
@@ -40,8 +59,12 @@ def inert(text: object, *, single_line: bool = False) -> str:
     return s
 
 
-def markup_safe(text: object, *, single_line: bool = False) -> str:
-    """`inert` plus Rich/Textual markup escaping, for widgets that parse markup."""
+def markup_safe(text: object, *, single_line: bool = False, dialect: str = "rich") -> str:
+    """`inert` plus markup escaping, for widgets that parse markup (see module doc)."""
     s = inert(text, single_line=single_line)
-    # Rich markup opens with '[': escape every '[' so no tag can form.
-    return s.replace("\\", "\\\\").replace("[", r"\[")
+    if dialect == "textual":
+        return s.replace("[", "\\[")
+    if dialect != "rich":
+        raise ValueError(f"unknown markup dialect {dialect!r}")
+    s = _RICH_TAG.sub(lambda m: f"{m.group(1)}{m.group(1)}\\{m.group(2)}", s)
+    return _TRAILING_BACKSLASHES.sub(lambda m: m.group(1) * 2, s)
