@@ -141,8 +141,8 @@ def _detect(store: Store, run_ids: list[str], uid: str | None = None) -> None:
     with store.transaction() as con:
         for run_id in run_ids:
             if uid:
-                row = con.execute("SELECT run_pk FROM runs WHERE uid = ?", [uid]).fetchone()
+                row = con.execute("SELECT run_pk FROM runs WHERE uid = ?", [uid]).fetchall()
             else:
-                row = con.execute("SELECT run_pk FROM runs WHERE run_id = ? ORDER BY synced_at DESC LIMIT 1", [run_id]).fetchone()
+                row = con.execute("SELECT run_pk FROM runs WHERE run_id = ? ORDER BY synced_at DESC LIMIT 1", [run_id]).fetchall()
             if row:
-                detect_incremental(con, row[0])
+                detect_incremental(con, row[0][0])

@@ -117,13 +117,12 @@ def export(
         sql_text, params = export_relation_sql(target.segments, key_list)
         if fmt == "parquet":
             out.parent.mkdir(parents=True, exist_ok=True)
-            con.execute(sql_text, params).to_arrow_table()  # validate before writing
             import pyarrow.parquet as pq
 
-            pq.write_table(con.execute(sql_text, params).to_arrow_table(), str(out))
+            pq.write_table(con.sql(sql_text, params=params).to_arrow_table(), str(out))
             output.info(f"wrote {out}")
             return
-        reader = con.execute(sql_text, params).to_arrow_reader(batch_size=100_000)
+        reader = con.sql(sql_text, params=params).to_arrow_reader(100_000)
         fh = open(out, "w", newline="") if out else sys.stdout
         try:
             writer = csv.writer(fh, lineterminator="\n")

@@ -50,7 +50,7 @@ class RetryWait:
     """tenacity wait strategy: the server's word if it gave one (capped), else back-off."""
 
     def __init__(self, initial: float = 0.5, maximum: float = 30.0, cap: float = 120.0):
-        self._backoff = wait_exponential_jitter(initial=initial, max=maximum)
+        self._backoff = wait_exponential_jitter(multiplier=initial, max=maximum, jitter=initial)
         self.cap = cap
 
     def __call__(self, state: RetryCallState) -> float:

@@ -107,7 +107,7 @@ class WandbClient:
         key: str | None = None,
         *,
         pace: float | None = None,
-        max_attempts: int = 8,
+        max_attempts: int | None = None,
         timeout: float = 60.0,
         transport: httpx.BaseTransport | None = None,
     ):
@@ -119,7 +119,7 @@ class WandbClient:
             is_cloud = urlparse(self.base_url).hostname in CLOUD_HOSTS
             pace = float(env) if env else (0.5 if is_cloud else 0.0)
         self._pacer = Pacer(pace)
-        self._max_attempts = max_attempts
+        self._max_attempts = max_attempts or int(os.environ.get("MARINCTL_HTTP_ATTEMPTS", "8"))
         self._client = httpx.Client(
             timeout=httpx.Timeout(timeout, connect=10.0),
             auth=("api", key) if key else None,

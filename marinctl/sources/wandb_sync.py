@@ -32,6 +32,7 @@ Progress = Callable[[str, int, int], None]  # (run_id, steps_done, steps_total)
 
 TARGET_VALUES_PER_PAGE = 200_000
 PARQUET_CHUNK_STEPS = 25_000
+PARQUET_MIN_STEPS = 500  # below this, a few JSON windows cost less than a download
 
 
 @dataclass
@@ -48,8 +49,8 @@ class RunSyncResult:
 
 
 def _watermark(con, uid: str) -> int | None:
-    row = con.execute("SELECT position FROM sync_state WHERE scope = 'history' AND name = ?", [uid]).fetchone()
-    return row[0] if row else None
+    row = con.execute("SELECT position FROM sync_state WHERE scope = 'history' AND name = ?", [uid]).fetchall()
+    return row[0][0] if row else None
 
 
 def _set_watermark(con, uid: str, position: int) -> None:
@@ -116,7 +117,7 @@ def sync_run(
     """Bring one run's metadata and history up to date; safe to interrupt at any point."""
     with store.transaction() as con:
         run_pk = upsert_run(con, run)
-        last_step = con.execute("SELECT last_step FROM runs WHERE run_pk = ?", [run_pk]).fetchone()[0]
+        last_step = con.execute("SELECT last_step FROM runs WHERE run_pk = ?", [run_pk]).fetchall()[0][0]
         mark = _watermark(con, run.uid)
     floor = (run.fork_step + 1) if run.fork_step is not None else 0
     remote_last = run.remote_last_step
@@ -140,7 +141,7 @@ def sync_run(
                 con.execute("DELETE FROM anomalies WHERE run_pk = ? AND step >= ?", [run_pk, start])
                 M.refresh_last_step(con, run_pk)
                 _set_watermark(con, run.uid, start)
-                last_step = con.execute("SELECT last_step FROM runs WHERE run_pk = ?", [run_pk]).fetchone()[0]
+                last_step = con.execute("SELECT last_step FROM runs WHERE run_pk = ?", [run_pk]).fetchall()[0][0]
             mark = start
             result.rewound_from = start
 
@@ -154,7 +155,7 @@ def sync_run(
         return result
 
     # Bulk: parquet exports cover finished history; far cheaper than JSON windows.
-    if use_parquet and remote_last - start > 4 * window:
+    if use_parquet and remote_last - start >= PARQUET_MIN_STEPS:
         added, start, last_step = _sync_parquet(store, client, run, run_pk, start, remote_last, last_step, progress, total)
         result.rows_added += added
         done = start - (remote_last + 1 - total)
@@ -180,7 +181,7 @@ def sync_run(
             lo, hi = nlo, nhi
 
     with store.connect() as con:
-        first, last = con.execute("SELECT min(step), max(step) FROM metrics WHERE run_pk = ?", [run_pk]).fetchone()
+        first, last = con.execute("SELECT min(step), max(step) FROM metrics WHERE run_pk = ?", [run_pk]).fetchall()[0]
     result.first_step, result.last_step = first, last
     return result
 
@@ -201,7 +202,7 @@ def _sync_parquet(store, client, run, run_pk, start, remote_last, last_step, pro
     with store.connect() as con:
         src = f"read_parquet({files!r}, union_by_name = true)"
         cols = con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()
-        exported_max = con.execute(f"SELECT max(_step) FROM {src}").fetchone()[0]
+        exported_max = con.execute(f"SELECT max(_step) FROM {src}").fetchall()[0][0]
     if exported_max is None:
         return 0, start, last_step
     boundary = min(min(live_steps) if live_steps else exported_max + 1, exported_max + 1, remote_last + 1)
@@ -222,7 +223,7 @@ def _sync_parquet(store, client, run, run_pk, start, remote_last, last_step, pro
             if last_step is not None and lo <= last_step:
                 con.execute("DELETE FROM metrics WHERE run_pk = ? AND step >= ? AND step < ?", [run_pk, lo, hi])
             n = M.insert_from_relation(con, run_pk, rel)
-            top = con.execute("SELECT max(step) FROM metrics WHERE run_pk = ? AND step >= ? AND step < ?", [run_pk, lo, hi]).fetchone()[0]
+            top = con.execute("SELECT max(step) FROM metrics WHERE run_pk = ? AND step >= ? AND step < ?", [run_pk, lo, hi]).fetchall()[0][0]
             if top is not None:
                 con.execute("UPDATE runs SET last_step = greatest(coalesce(last_step, -1), ?) WHERE run_pk = ?", [top, run_pk])
                 last_step = max(last_step if last_step is not None else -1, top)

@@ -64,7 +64,8 @@ def chain(con: duckdb.DuckDBPyConnection, run: dict[str, Any]) -> list[dict[str,
             " AND coalesce(project,'') = coalesce(?, '') ORDER BY created_at LIMIT 1",
             [cur["fork_parent"], cur.get("entity"), cur.get("project")],
         )
-        found = row.fetchone()
+        found_rows = row.fetchall()
+        found = found_rows[0] if found_rows else None
         if found is None:
             break
         parent = runs_mod.row_to_dict(found, row.description)
@@ -93,7 +94,8 @@ def hero_leaf(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
         " ORDER BY coalesce(fork_step, -1) DESC, created_at DESC NULLS LAST LIMIT 1",
         [HERO_GROUP],
     )
-    row = cur.fetchone()
+    rows = cur.fetchall()
+    row = rows[0] if rows else None
     return runs_mod.row_to_dict(row, cur.description) if row else None
 
 

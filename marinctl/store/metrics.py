@@ -101,7 +101,7 @@ def insert_from_relation(con: duckdb.DuckDBPyConnection, run_pk: int, relation_s
     con.execute(f"CREATE OR REPLACE TEMP TABLE _rel AS {relation_sql}")
     try:
         ensure_keys(con, "_rel")
-        n = con.execute("SELECT count(*) FROM _rel").fetchone()[0]
+        n = con.execute("SELECT count(*) FROM _rel").fetchall()[0][0]
         con.execute(
             "INSERT INTO metrics SELECT ?, k.key_id, r.step, r.value FROM _rel r"
             " JOIN metric_keys k ON k.key = r.key ORDER BY k.key_id, r.step",
@@ -113,14 +113,14 @@ def insert_from_relation(con: duckdb.DuckDBPyConnection, run_pk: int, relation_s
 
 
 def refresh_last_step(con: duckdb.DuckDBPyConnection, run_pk: int) -> int | None:
-    last = con.execute("SELECT max(step) FROM metrics WHERE run_pk = ?", [run_pk]).fetchone()[0]
+    last = con.execute("SELECT max(step) FROM metrics WHERE run_pk = ?", [run_pk]).fetchall()[0][0]
     con.execute("UPDATE runs SET last_step = ? WHERE run_pk = ?", [last, run_pk])
     return last
 
 
 def key_id(con: duckdb.DuckDBPyConnection, key: str) -> int | None:
-    row = con.execute("SELECT key_id FROM metric_keys WHERE key = ?", [key]).fetchone()
-    return row[0] if row else None
+    row = con.execute("SELECT key_id FROM metric_keys WHERE key = ?", [key]).fetchall()
+    return row[0][0] if row else None
 
 
 def run_keys(con: duckdb.DuckDBPyConnection, run_pks: Sequence[int]) -> list[str]:
@@ -248,7 +248,7 @@ def downsample(
 
 def step_range(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment]) -> tuple[int | None, int | None]:
     where, params = _segment_filter(segments)
-    return tuple(con.execute(f"SELECT min(step), max(step) FROM metrics WHERE {where}", params).fetchone())
+    return tuple(con.execute(f"SELECT min(step), max(step) FROM metrics WHERE {where}", params).fetchall()[0])
 
 
 def export_relation_sql(segments: Sequence[Segment], keys: Sequence[str] | None) -> tuple[str, list]:

@@ -22,7 +22,8 @@ RUNG_NAMES = {"rung1": "d768", "rung2": "d1024", "rung3": "d1536", "rung4": "d20
 
 def upsert_run(con: duckdb.DuckDBPyConnection, run: RunInfo) -> int:
     """Insert or update a run's metadata; keeps local progress (last_step). Returns run_pk."""
-    row = con.execute("SELECT run_pk FROM runs WHERE uid = ?", [run.uid]).fetchone()
+    found = con.execute("SELECT run_pk FROM runs WHERE uid = ?", [run.uid]).fetchall()
+    row = found[0] if found else None
     values = [
         run.source, run.entity, run.project, run.run_id, run.name, run.group, run.job_type,
         list(run.tags or []), run.state, run.created_at, run.heartbeat_at,
@@ -38,7 +39,7 @@ def upsert_run(con: duckdb.DuckDBPyConnection, run: RunInfo) -> int:
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, current_timestamp)",
             [run.uid, *values],
         )
-        return con.execute("SELECT run_pk FROM runs WHERE uid = ?", [run.uid]).fetchone()[0]
+        return con.execute("SELECT run_pk FROM runs WHERE uid = ?", [run.uid]).fetchall()[0][0]
     con.execute(
         "UPDATE runs SET source=?, entity=?, project=?, run_id=?, name=?, run_group=?, job_type=?,"
         " tags=?, state=?, created_at=?, heartbeat_at=?, config=?, summary=?, fork_parent=?,"
@@ -64,7 +65,7 @@ def list_runs(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
 
 def get_run(con: duckdb.DuckDBPyConnection, run_pk: int) -> dict[str, Any]:
     cur = con.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_pk = ?", [run_pk])
-    return row_to_dict(cur.fetchone(), cur.description)
+    return row_to_dict(cur.fetchall()[0], cur.description)
 
 
 _URL = re.compile(r"https?://[^/]+/(?:wandb/)?([^/]+)/([^/]+)/runs/([^/?#]+)")

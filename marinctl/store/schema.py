@@ -32,10 +32,10 @@ def migrations() -> list[tuple[int, str, str]]:
 def current_version(con: duckdb.DuckDBPyConnection) -> int:
     exists = con.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
-    ).fetchone()[0]
+    ).fetchall()[0][0]
     if not exists:
         return 0
-    return con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+    return con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchall()[0][0]
 
 
 def latest_version() -> int:
