@@ -117,11 +117,11 @@ class SynthRun:
     def metric_keys(self) -> list[str]:
         return sorted(k for k in self.series if not k.startswith("_"))
 
-    def rows(self, lo: int = 0, hi: int | None = None) -> list[dict[str, Any]]:
+    def rows(self, lo: int | None = None, hi: int | None = None) -> list[dict[str, Any]]:
         """W&B history rows for own steps in [lo, hi): `_step` plus every key logged there."""
         out: dict[int, dict[str, Any]] = {}
         for key, (steps, values) in self.series.items():
-            i = int(np.searchsorted(steps, lo, "left"))
+            i = 0 if lo is None else int(np.searchsorted(steps, lo, "left"))
             j = len(steps) if hi is None else int(np.searchsorted(steps, hi, "left"))
             if i >= j:
                 continue
@@ -219,7 +219,7 @@ class SynthRun:
         self.summary = summary_of(self.series, self.summary_extra)
         last_t = self.series.get("_timestamp")
         if last_t is not None and len(last_t[0]):
-            self.heartbeat_at = datetime.fromtimestamp(float(last_t[1][-1]), timezone.utc)
+            self.heartbeat_at = datetime.fromtimestamp(float(last_t[1][-1]), timezone.utc).replace(microsecond=0)
 
 
 # --- generation --------------------------------------------------------------------------
@@ -402,7 +402,7 @@ def marin_run(
     )
     run.summary = summary_of(series, base_summary)
     if "_timestamp" in series and len(series["_timestamp"][0]):
-        run.heartbeat_at = datetime.fromtimestamp(float(series["_timestamp"][1][-1]), timezone.utc)
+        run.heartbeat_at = datetime.fromtimestamp(float(series["_timestamp"][1][-1]), timezone.utc).replace(microsecond=0)
     return run
 
 
@@ -432,7 +432,7 @@ def hero_lineage(steps_per_segment: int = 300, *, overrun: float = 0.1, layers: 
     for rid, fork, end, k in ((HERO_IDS[1], f1, f2 + extra, 1), (HERO_IDS[2], f2, total - 1, 2)):
         ts_s, ts_v = parent.series["_timestamp"]
         t_fork = float(ts_v[np.searchsorted(ts_s, fork)])
-        created = datetime.fromtimestamp(t_fork, timezone.utc) + timedelta(hours=6)
+        created = (datetime.fromtimestamp(t_fork, timezone.utc) + timedelta(hours=6)).replace(microsecond=0)
         child = marin_run(rid, steps=end - fork, start_step=fork + 1, seed=seed + k,
                           state=leaf_state if k == 2 else "finished", fork_parent=parent.run_id,
                           fork_step=fork, created_at=created, **common)

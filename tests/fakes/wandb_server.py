@@ -486,12 +486,16 @@ class Rewind:
 
 @dataclass
 class Faults:
-    """Deterministic fault schedule. Request indexes count every POST /graphql from 0.
+    """Deterministic fault schedule for HTTP-level faults.
 
-    `ops`, when set, limits the HTTP-level faults to those operation names.
+    Request indexes count every POST /graphql from 0. When `ops` is set, only requests for
+    those operation names get faults, and indexes count just those requests (so
+    `Faults(rate_limit_every=2, ops=("HistoryPage",))` answers every 2nd HistoryPage with 429).
+    `empty_pages` counts runs-listing pages (the `runs` connection) from 0.
     """
 
     rate_limit_every: int = 0            # every Nth request -> 429 + Retry-After / RateLimit-Reset
+    rate_limits: list[tuple[int, int]] = field(default_factory=list)    # (first request index, count) -> 429
     retry_after: float = 1.0
     server_errors: list[tuple[int, int]] = field(default_factory=list)  # (first request index, count)
     server_error_status: int = 503
@@ -506,12 +510,17 @@ class Faults:
     def empty_page(self, page_index: int) -> bool:
         return page_index in self.empty_pages
 
-    def http_fault(self, index: int, op: str) -> str | None:
-        if self.ops is not None and op not in self.ops:
-            return None
+    def http_fault(self, index: int, op: str, op_index: int) -> str | None:
+        if self.ops is not None:
+            if op not in self.ops:
+                return None
+            index = op_index
         for first, count in self.server_errors:
             if first <= index < first + count:
                 return "server_error"
+        for first, count in self.rate_limits:
+            if first <= index < first + count:
+                return "rate_limit"
 
         def every(n: int) -> bool:
             return n > 0 and (index + 1) % n == 0
@@ -596,6 +605,14 @@ class _Handler(BaseHTTPRequestHandler):
     do_HEAD = do_GET
 
 
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
+
 class WandbServer:
     """W&B-compatible GraphQL server over SYNTHETIC runs on 127.0.0.1:<free port>.
 
@@ -634,8 +651,7 @@ class WandbServer:
     # --- lifecycle ---------------------------------------------------------------------
     def start(self) -> "WandbServer":
         handler = type("Handler", (_Handler,), {"owner": self})
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", self._port), handler)
-        self._httpd.daemon_threads = True
+        self._httpd = _QuietServer(("127.0.0.1", self._port), handler)
         self._tmp = Path(tempfile.mkdtemp(prefix="synthetic-wandb-"))
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="synthetic-wandb", daemon=True)
         self._thread.start()
@@ -760,11 +776,12 @@ class WandbServer:
             op = next((d.name.value for d in doc.definitions
                        if getattr(d, "operation", None) is not None and d.name is not None), None)
         op = op or "<anonymous>"
-        self._count(op)
         with self._lock:
+            op_index = sum(self.stats[o] for o in (self.faults.ops or ()))
+            self.stats[op] += 1
             self.requests.append((op, body.get("variables") or {}))
             self.auth_requests += int(auth)
-        mode = self.faults.http_fault(index, op)
+        mode = self.faults.http_fault(index, op, op_index)
         if mode == "server_error":
             return self.faults.server_error_status, b'{"errors":[{"message":"synthetic server error"}]}', {}, None
         if mode == "rate_limit":
