@@ -12,7 +12,7 @@ import sys
 from datetime import date, datetime
 from typing import Any, Iterable, Sequence
 
-from marinctl.text import inert
+from marinctl.text import inert, json_safe
 
 
 def _default(obj: Any) -> Any:
@@ -37,7 +37,7 @@ def _clean(obj: Any) -> Any:
 
 
 def dumps(obj: Any) -> str:
-    return json.dumps(_clean(obj), default=_default, ensure_ascii=False)
+    return json_safe(json.dumps(_clean(obj), default=_default, ensure_ascii=False))
 
 
 def print_json(obj: Any) -> None:

@@ -59,6 +59,19 @@ def inert(text: object, *, single_line: bool = False) -> str:
     return s
 
 
+_JSON_UNSAFE = re.compile("[\x7f-\x9f" + BIDI + "\u2028\u2029\ud800-\udfff]")
+
+
+def json_safe(encoded: str) -> str:
+    """Escape, inside already-encoded JSON, what `json.dumps(ensure_ascii=False)` leaves raw.
+
+    DEL, C1 controls (0x9b is an 8-bit CSI), bidi controls, line separators and lone
+    surrogates become `\\uXXXX` escapes: lossless for JSON readers, inert on a terminal.
+    (JSON already escapes C0 controls, including ESC.)
+    """
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", encoded)
+
+
 def markup_safe(text: object, *, single_line: bool = False, dialect: str = "rich") -> str:
     """`inert` plus markup escaping, for widgets that parse markup (see module doc)."""
     s = inert(text, single_line=single_line)

@@ -114,3 +114,15 @@ def test_known_attacks_are_removed_exactly():
     assert markup_safe("[bold]x[/bold] [1] a\\b") == "\\[bold]x\\[/bold] [1] a\\b"
     assert Text.from_markup("[i]" + markup_safe("c:\\dir\\") + "[/i]", emoji=False).plain == "c:\\dir\\"
     assert unicodedata.category(inert("\u200b")) == "Cf"  # zero-width space is harmless and kept
+
+
+@settings(max_examples=300, deadline=None)
+@given(hostile_text)
+def test_json_output_is_inert_on_a_terminal_and_lossless(s):
+    import json
+
+    from marinctl.output import dumps
+
+    out = dumps({"title": s, "nested": [s]})
+    assert not any(_forbidden(c) for c in out)
+    assert json.loads(out) == {"title": s, "nested": [s]}
