@@ -108,7 +108,8 @@ def test_full_last_page_is_probed_for_growth(gh, store):
     assert sum(e["kind"] == "comment" for e in _events(store)) == 101
 
 
-def test_rate_limit_stop_then_resume_without_gaps_or_duplicates(gh, store, cli):
+def test_rate_limit_stop_then_resume_without_gaps_or_duplicates(gh, store, cli, monkeypatch):
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_TOKEN_must_not_leak")
     gh.add_issue(REPO, 3, "long thread", "b")
     for i in range(250):
         gh.add_comment(REPO, 3, f"note {i}", created_at=iso(T0 + timedelta(minutes=i)))
@@ -129,6 +130,11 @@ def test_rate_limit_stop_then_resume_without_gaps_or_duplicates(gh, store, cli):
     events = _events(store_of_cli())
     bodies = sorted(int(e["title"].split()[-1]) for e in events if e["kind"] == "comment")
     assert bodies == list(range(250))  # no gaps, no duplicates
+    assert set(gh.auth_headers) == {"Bearer ghp_TOKEN_must_not_leak"}
+    with store_of_cli().connect() as con:  # the token is never stored
+        for table in ("sync_state", "events", "runs"):
+            for row in con.execute(f"SELECT * FROM {table}").fetchall():
+                assert not any("TOKEN_must_not_leak" in str(v) for v in row)
 
 
 def store_of_cli():

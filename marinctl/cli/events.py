@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timezone
 from typing import Annotated, Any, Optional
 
 import typer
@@ -52,6 +53,8 @@ def events(
     items: list[dict[str, Any]] = []
     for eid, when, kind, title, url, run_id, step, source, author, fields in rows:
         fields = json.loads(fields) if isinstance(fields, str) else (fields or {})
+        if when is not None:
+            when = when.astimezone(timezone.utc)
         items.append({"time": when, "kind": kind, "title": title, "url": url, "run": run_id, "step": step,
                       "source": source, "author": author, "event_id": eid, "align": fields.get("align"),
                       "fields": fields})
