@@ -94,7 +94,7 @@ def extract_facts(text: str, known_run_ids: Iterable[str] = ()) -> dict[str, Any
         break
     if _RESUMED.search(text):
         facts["resumed"] = True
-    steps = [parse_count(m.group(1)) for m in _STEP.finditer(text)]
+    steps = list(dict.fromkeys(parse_count(m.group(1)) for m in _STEP.finditer(text)))
     if steps:
         facts["steps"] = steps[:20]
     if runs:

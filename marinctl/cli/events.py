@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
-from datetime import timezone
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -32,32 +30,10 @@ def events(
 
     if window < 0:
         raise UserError("--window must be zero or more steps", "e.g. `marinctl events --around 108000 --window 500`")
-    with open_store().connect() as con:
-        where, params = [], []
-        if run is not None:
-            from marinctl.store.lineage import resolve_target
+    from marinctl.analysis.timeline import query_events
 
-            target = resolve_target(con, run, stitched=True)
-            uids = [r["uid"] for r in target.runs]
-            where.append(f"run_uid IN ({','.join('?' * len(uids))})")
-            params += uids
-        if around is not None:
-            where.append("step BETWEEN ? AND ?")
-            params += [around - window, around + window]
-        sql = ("SELECT e.event_id, e.time, e.kind, e.title, e.url, r.run_id, e.step, e.source, e.author, e.fields"
-               " FROM events e LEFT JOIN runs r ON r.uid = e.run_uid")
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY e.step NULLS LAST, e.time, e.event_id" if around is not None else " ORDER BY e.time NULLS LAST, e.event_id"
-        rows = con.execute(sql, params).fetchall()
-    items: list[dict[str, Any]] = []
-    for eid, when, kind, title, url, run_id, step, source, author, fields in rows:
-        fields = json.loads(fields) if isinstance(fields, str) else (fields or {})
-        if when is not None:
-            when = when.astimezone(timezone.utc)
-        items.append({"time": when, "kind": kind, "title": title, "url": url, "run": run_id, "step": step,
-                      "source": source, "author": author, "event_id": eid, "align": fields.get("align"),
-                      "fields": fields})
+    with open_store().connect() as con:
+        items = query_events(con, run, around, window)
     if json_out:
         output.print_json(items)
         return
@@ -69,6 +45,8 @@ def events(
         ["time", "kind", "run", "step", "title", "by"],
         [(i["time"], i["kind"], i["run"], _step(i["step"], i["align"]), i["title"], i["author"]) for i in items],
     )
+    if any(i["align"] == "time" for i in items):
+        print("~ step placed by the event's time (the run's _timestamp); others by what the text says")
 
 
 def _step(step: int | None, basis: str | None) -> str | None:
