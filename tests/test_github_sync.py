@@ -283,3 +283,43 @@ def test_runtime_failure_is_the_stop_type():
     from marinctl.sources.github import RateLimitStop
 
     assert issubclass(RateLimitStop, RuntimeFailure)
+
+
+def test_alignment_on_the_shared_synthetic_hero_generator(gh, store):
+    """The same checks on tests/fakes/synth.py's SYNTHETIC hero chain (forks at 2·seg, 3·seg, parents overrun)."""
+    import numpy as np
+
+    from tests.fakes.load import load_into_store
+    from tests.fakes.synth import HERO_IDS, hero_lineage
+
+    seg = 100
+    runs = hero_lineage(steps_per_segment=seg, layers=1, experts=2, norm_every=50, eval_every=100)
+    load_into_store(store, runs)
+    root, mid, leaf = runs
+
+    def time_of(run, step):
+        s, v = run.series["_timestamp"]
+        return datetime.fromtimestamp(float(v[np.searchsorted(s, step)]), timezone.utc)
+
+    gh.add_issue(REPO, 40, "Hero Run / Ongoing Status (synthetic)", "-", created_at=iso(time_of(root, 0) - timedelta(days=1)))
+    gh.add_comment(REPO, 40, f"🤖 relaunch\n- W&B fork point: {HERO_IDS[1]}?_step={3 * seg}\n", created_at=iso(time_of(leaf, 3 * seg + 1)))
+    gh.add_comment(REPO, 40, f"router bias drift visible from step {2 * seg + 50}", created_at=iso(time_of(mid, 2 * seg + 60)))
+    gh.add_comment(REPO, 40, "quiet night", created_at=iso(time_of(leaf, 3 * seg + 40) + timedelta(seconds=1)))
+    gh.add_comment(REPO, 40, "quiet morning", created_at=iso(time_of(root, 50) + timedelta(seconds=1)))
+    sync_github(store, f"github:{REPO}#40")
+    got = {e["title"].split(": ", 1)[1]: (e["run"], e["step"], e["fields"].get("align"))
+           for e in _events(store) if e["kind"] == "comment"}
+    assert got["🤖 relaunch"] == (HERO_IDS[2], 3 * seg, "fork")
+    assert got[f"router bias drift visible from step {2 * seg + 50}"] == (HERO_IDS[1], 2 * seg + 50, "text")
+    assert got["quiet night"] == (HERO_IDS[2], 3 * seg + 40, "time")
+    assert got["quiet morning"] == (HERO_IDS[0], 50, "time")
+
+
+def test_min_interval_skips_the_network(gh, store):
+    gh.add_issue(REPO, 50, "t", "b")
+    assert sync_github(store, f"github:{REPO}#50") == 1
+    gh.reset_counters()
+    assert sync_github(store, f"github:{REPO}#50", min_interval=300) == 0
+    assert gh.requests == []
+    sync_github(store, f"github:{REPO}#50", min_interval=0)
+    assert gh.statuses() == [304, 304]

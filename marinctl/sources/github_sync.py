@@ -74,9 +74,16 @@ def parse_spec(spec: str) -> GitHubSpec:
 
 
 def sync_github(store: Store, spec: str, *, progress: Progress | None = None,
-                client: GitHubClient | None = None) -> int:
-    """Mirror one spec; returns how many events were added or changed."""
+                client: GitHubClient | None = None, min_interval: float = 0.0) -> int:
+    """Mirror one spec; returns how many events were added or changed.
+
+    `min_interval` (seconds) skips the network when this spec was checked more recently
+    than that — for `sync --follow` and `watch`, where anonymous 304s still count
+    against GitHub's 60 requests/hour.
+    """
     target = parse_spec(spec)
+    if min_interval > 0 and _checked_within(store, spec, min_interval):
+        return 0
     own = client is None
     client = client or GitHubClient()
     job = _Job(store, client, target, progress)
@@ -92,8 +99,19 @@ def sync_github(store: Store, spec: str, *, progress: Progress | None = None,
     finally:
         if own:
             client.close()
+    with store.transaction() as con:
+        _save_state(con, f"checked:{spec}", None, {})
     realign(store)
     return job.changed
+
+
+def _checked_within(store: Store, spec: str, seconds: float) -> bool:
+    with store.connect() as con:
+        row = con.execute("SELECT updated_at FROM sync_state WHERE scope = 'github' AND name = ?",
+                          [f"checked:{spec}"]).fetchone()
+    if not row or row[0] is None:
+        return False
+    return (datetime.now(timezone.utc) - row[0]).total_seconds() < seconds
 
 
 # -- store helpers ---------------------------------------------------------------------------
