@@ -25,11 +25,11 @@ import re
 
 # ESC-introduced strings: OSC/DCS/SOS/PM/APC up to ST (ESC \ or 0x9c) or BEL, or to the
 # end of the text when unterminated (so an unterminated OSC 8/52 payload is dropped).
-_ESC_STRING = re.compile(r"\x1b[\]P^_X][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c|$)", re.S)
+_ESC_STRING = re.compile(r"\x1b[\]P^_X][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c|\Z)", re.S)
 _CSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]?")
 _ESC_OTHER = re.compile(r"\x1b[ -/]*[0-~]?")
 # 8-bit C1 equivalents: CSI (0x9b), OSC (0x9d), DCS (0x90), SOS (0x98), PM (0x9e), APC (0x9f)
-_C1_STRING = re.compile(r"[\x90\x98\x9d\x9e\x9f][^\x07\x9c\x1b]*(?:\x07|\x9c|\x1b\\|$)", re.S)
+_C1_STRING = re.compile(r"[\x90\x98\x9d\x9e\x9f][^\x07\x9c\x1b]*(?:\x07|\x9c|\x1b\\|\Z)", re.S)
 _C1_CSI = re.compile(r"\x9b[0-?]*[ -/]*[@-~]?")
 # Remaining controls: C0 except TAB and LF, DEL, C1; bidi embeddings/overrides/isolates and marks.
 BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
@@ -39,7 +39,7 @@ _LINE_SEPARATORS = re.compile(r"[\u2028\u2029\x85]")
 
 # Rich opens a tag at '[' followed by [a-z#/@] and closed by ']' with no '[' between.
 _RICH_TAG = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")
-_TRAILING_BACKSLASHES = re.compile(r"(\\+)$")
+_TRAILING_BACKSLASHES = re.compile(r"(\\+)\Z")
 
 
 def inert(text: object, *, single_line: bool = False) -> str:

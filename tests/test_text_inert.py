@@ -126,3 +126,9 @@ def test_json_output_is_inert_on_a_terminal_and_lossless(s):
     out = dumps({"title": s, "nested": [s]})
     assert not any(_forbidden(c) for c in out)
     assert json.loads(out) == {"title": s, "nested": [s]}
+
+
+def test_trailing_backslash_before_a_final_newline_is_left_alone():
+    # Regression (found by hypothesis): '$' matches before a final newline; '\Z' does not.
+    assert markup_safe("a\\\n") == "a\\\n"
+    assert Text.from_markup(markup_safe("a\\\x85"), emoji=False).plain == "a\\\n"

@@ -206,7 +206,7 @@ class _Job:
             self._tick("")
             if page.status == 304:
                 nxt = extra.get("next")
-                if paginated and not nxt and extra.get("count", 0) >= extra.get("per_page", PER_PAGE):
+                if paginated and not nxt and (extra.get("count") or 0) >= (extra.get("per_page") or PER_PAGE):
                     nxt = with_page(current, page_number(current) + 1)  # a full last page: the list may have grown
                 current = nxt if paginated else None
                 continue
