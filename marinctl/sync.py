@@ -52,6 +52,9 @@ def parse_target(raw: str) -> list[Target]:
         plans += [Target("github", spec) for spec in DEFAULT_MARIN_SPECS]
         return plans
     if text.startswith("github:"):
+        from marinctl.sources.github_sync import parse_spec
+
+        parse_spec(text)  # a malformed spec fails here, before any network call
         return [Target("github", text)]
     if text.startswith(("http://", "https://")):
         url = urlparse(text)
@@ -82,25 +85,51 @@ def parse_target(raw: str) -> list[Target]:
 
 
 def sync_targets(store: Store, targets: list[str], *, progress: Progress | None = None,
-                 detect: bool = True, client=None) -> dict[str, Any]:
-    """Sync every target; returns the contract's JSON: {"runs": [...], "events_added": N}."""
+                 detect: bool = True, client=None, following: bool = False) -> dict[str, Any]:
+    """Sync every target; returns the contract's JSON: {"runs": [...], "events_added": N}.
+
+    `following` (sync --follow, watch): GitHub is polled at most every 5 minutes and a
+    GitHub rate limit skips GitHub until it resets instead of ending the loop.
+    """
     plans = [plan for raw in (targets or ["marin"]) for plan in parse_target(raw)]
     report: dict[str, Any] = {"runs": [], "events_added": 0}
+    history_landed = False
     for plan in plans:
         if plan.kind == "wandb":
-            report["runs"] += _sync_wandb(store, plan, progress=progress, detect=detect, client=client)
+            results = _sync_wandb(store, plan, progress=progress, detect=detect, client=client)
+            report["runs"] += results
+            history_landed |= any(r["rows_added"] for r in results)
         elif plan.kind == "local":
             from marinctl.sources import wandb_local
 
             results = wandb_local.sync_path(store, plan.path, progress=progress)
             report["runs"] += results
+            history_landed |= any(r.get("rows_added") for r in results)
             if detect:
                 _detect(store, [r["run"] for r in results])
         elif plan.kind == "github":
             from marinctl.sources import github_sync
+            from marinctl.sources.github import RateLimitStop
 
-            report["events_added"] += github_sync.sync_github(store, plan.raw, progress=progress)
+            if following:
+                try:
+                    report["events_added"] += github_sync.sync_github(store, plan.raw, progress=progress, min_interval=300)
+                except RateLimitStop as exc:
+                    report.setdefault("warnings", []).append(exc.message)
+            else:
+                report["events_added"] += github_sync.sync_github(store, plan.raw, progress=progress)
+    if history_landed:
+        _realign_events(store)
     return report
+
+
+def _realign_events(store: Store) -> None:
+    """Events synced before their run's history get their steps once the history lands."""
+    try:
+        from marinctl.sources.github_sync import realign
+    except ImportError:
+        return
+    realign(store)
 
 
 def _sync_wandb(store: Store, plan: Target, *, progress, detect: bool, client=None) -> list[dict[str, Any]]:

@@ -41,7 +41,7 @@ def sync(
     total = {"runs": [], "events_added": 0}
     with acquire_all(store.path, targets, owner="sync"):
         while True:
-            report = sync_targets(store, targets, progress=progress)
+            report = sync_targets(store, targets, progress=progress, following=follow)
             progress.close()
             total["runs"] += report["runs"]
             total["events_added"] += report["events_added"]
@@ -60,6 +60,8 @@ def sync(
 
 
 def _print_human(report: dict) -> None:
+    for warning in report.get("warnings", []):
+        output.info(f"warning: {warning}")
     rows = [(r["run"], r["rows_added"], r["first_step"], r["last_step"]) for r in report["runs"]]
     if rows:
         output.print_table(["run", "rows added", "first step", "last step"], rows)
@@ -87,10 +89,11 @@ class _Progress:
             self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeRemainingColumn(), console=Console(stderr=True), transient=True)
             self._bar.start()
-        from marinctl.text import markup_safe
+        from marinctl.text import inert, markup_safe
 
         if name not in self._tasks:
-            self._tasks[name] = self._bar.add_task(markup_safe(name, single_line=True)[:40], total=max(total, 1))
+            label = markup_safe(inert(name, single_line=True)[:40])
+            self._tasks[name] = self._bar.add_task(label, total=max(total, 1))
         self._bar.update(self._tasks[name], completed=done, total=max(total, 1))
 
     def close(self) -> None:

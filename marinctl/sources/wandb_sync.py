@@ -31,8 +31,8 @@ from marinctl.store.runs import upsert_run
 Progress = Callable[[str, int, int], None]  # (run_id, steps_done, steps_total)
 
 TARGET_VALUES_PER_PAGE = 200_000
-PARQUET_CHUNK_STEPS = 25_000
-PARQUET_MIN_STEPS = 500  # below this, a few JSON windows cost less than a download
+PARQUET_CHUNK_STEPS = 10_000
+PARQUET_MIN_STEPS = 5_000  # below this, a few JSON windows cost less than asking for exports
 
 
 @dataclass

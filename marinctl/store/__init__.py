@@ -9,6 +9,7 @@ That is what lets `marinctl explain` run in one terminal while `watch` syncs in 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from contextlib import contextmanager
@@ -92,6 +93,9 @@ class Store:
         """A short-lived connection. Writers should wrap their work in one transaction."""
         self.ensure_schema()
         con = self._open(read_only=not write)
+        if write:
+            # Bound a big sync's memory: DuckDB spills sorts to disk past this (default 80% of RAM).
+            con.execute(f"SET memory_limit = '{os.environ.get('MARINCTL_DB_MEMORY', '768MB')}'")
         try:
             yield con
         finally:

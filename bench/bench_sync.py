@@ -1,0 +1,128 @@
+"""marinctl's W&B sync vs the wandb SDK's `scan_history()`, on the same loopback server.
+
+SYNTHETIC data: one hero-scale Marin-shaped run from tests/fakes (default 400k steps,
+~150 keys every step + ~600 watch-norm keys every 10 steps) served by the W&B-compatible
+test server. In one run this script measures:
+
+1. marinctl's full sync (a subprocess: `marinctl sync ENTITY/PROJECT/RUN`) — values/s
+   and peak RSS of that process;
+2. the SDK: `wandb.Api().run(...).scan_history()` on the same server, iterated for at
+   most --sdk-seconds (it is far slower; its rate is measured over what it reached);
+3. an incremental sync after 1,000 new steps.
+
+    python bench/bench_sync.py [--steps 400000] [--sdk-seconds 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.fakes.synth import marin_run  # noqa: E402
+from tests.fakes.wandb_server import WandbServer  # noqa: E402
+
+PROJECT = "marin-community/marin_moe"
+
+
+def run_marinctl(env: dict, target: str) -> tuple[float, str]:
+    t = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "marinctl", "sync", target, "--json"], env=env,
+                         capture_output=True, text=True, cwd=ROOT)
+    dt = time.perf_counter() - t
+    if out.returncode != 0:
+        raise SystemExit(f"marinctl sync failed: {out.stderr}")
+    return dt, out.stdout
+
+
+def count_values(db: Path) -> int:
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute("SELECT count(*) FROM metrics").fetchall()[0][0]
+    finally:
+        con.close()
+
+
+def sdk_rate(url: str, run_id: str, seconds: float) -> tuple[int, int, float]:
+    """(rows, values, elapsed) reached by scan_history within `seconds` (in a subprocess)."""
+    code = f"""
+import time, wandb, json
+api = wandb.Api(api_key="x" * 40, overrides={{"base_url": {url!r}}})
+run = api.run({f"{PROJECT}/{run_id}"!r})
+t = time.perf_counter(); rows = vals = 0
+for row in run.scan_history():
+    rows += 1; vals += sum(1 for k, v in row.items() if k != "_step" and isinstance(v, (int, float)))
+    if time.perf_counter() - t > {seconds}: break
+print(json.dumps([rows, vals, time.perf_counter() - t]))
+wandb.teardown()
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=seconds + 300)
+    if out.returncode != 0:
+        raise SystemExit(f"SDK scan failed: {out.stderr[-2000:]}")
+    import json
+
+    rows, vals, dt = json.loads(out.stdout.strip().splitlines()[-1])
+    return rows, vals, dt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=400_000)
+    ap.add_argument("--layers", type=int, default=27, help="27 layers ≈ 600 watch-norm keys")
+    ap.add_argument("--extra-keys", type=int, default=120, help="filler scalars to reach ~150 keys/step")
+    ap.add_argument("--sdk-seconds", type=float, default=60.0)
+    args = ap.parse_args()
+
+    t = time.perf_counter()
+    run = marin_run("hero-synthetic-bench", steps=args.steps, layers=args.layers,
+                    extra_scalar_keys=args.extra_keys, state="running")
+    print(f"generated SYNTHETIC run: {args.steps:,} steps, {len(run.series)} keys in {time.perf_counter() - t:.1f} s",
+          flush=True)
+    with WandbServer([run], verbose=False, exported_until={run.run_id: args.steps - 5_000}) as server, \
+            tempfile.TemporaryDirectory() as home:
+        env = {**os.environ, "WANDB_BASE_URL": server.url, "MARINCTL_HOME": home}
+        target = f"{PROJECT}/{run.run_id}"
+        # warm the server's parquet export so neither client pays for writing it
+        server.export_urls(run, server.exported_until_of(run))
+
+        dt, _ = run_marinctl(env, target)
+        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        values = count_values(Path(home) / "marinctl.duckdb")
+        ours = values / dt
+        print(f"marinctl full sync : {values:,} values in {dt:.1f} s = {ours:,.0f} values/s, "
+              f"{args.steps / dt:,.0f} rows/s; peak RSS {rss:,.0f} MiB", flush=True)
+
+        if args.sdk_seconds > 0:
+            for attempt in range(3):  # wandb-core sometimes answers "busy" while it starts on a loaded machine
+                try:
+                    rows, vals, sdt = sdk_rate(server.url, run.run_id, args.sdk_seconds)
+                    break
+                except SystemExit as exc:
+                    print(f"  SDK attempt {attempt + 1} failed: {str(exc)[-200:]}", flush=True)
+            else:
+                raise SystemExit("the SDK never answered")
+            theirs = vals / sdt if sdt else float("nan")
+            print(f"wandb SDK scan     : {vals:,} values ({rows:,} rows) in {sdt:.1f} s = {theirs:,.0f} values/s, "
+                  f"{rows / sdt:,.0f} rows/s", flush=True)
+            print(f"ratio (marinctl / SDK, values per second): {ours / theirs:.1f}x")
+
+        run.extend(args.steps + 999)  # 1,000 new steps arrive
+        dt_inc, _ = run_marinctl(env, target)
+        print(f"incremental sync of 1,000 new steps: {dt_inc:.2f} s wall (process start included)")
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import marinctl.cli"], cwd=ROOT, check=True)
+        print(f"  of which interpreter + import start-up: {time.perf_counter() - t:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
