@@ -1,0 +1,596 @@
+"""Mirror local and offline W&B runs (`.wandb` transaction logs) into the store, live.
+
+Targets: a `.wandb` file, a run directory, a `wandb/` directory, or a project folder that
+holds `wandb/`. Runs keep their W&B ids, config, summary and state; history rows become
+metrics; console output (output_raw fragments reassembled into lines) becomes `console`
+events.
+
+Resumability: per file, `sync_state` scope 'wandb_file' keeps `position` = the offset just
+past the last complete record, `token` = the file's identity (device:inode), and in
+`extra` the size/mtime last seen plus whatever must survive between reads (pending console
+fragments, line counter, exit code). Every window of records is written in ONE transaction
+together with the new position, so a sync killed at any moment resumes without
+duplicates, and an unchanged file costs one stat and one small query.
+
+State, as W&B's LEET does it: an exit record decides finished/failed; without one, a file
+not written for STALE_AFTER is 'stale' and for CRASH_AFTER (LEET's RunCrashTimeout,
+10 min) 'crashed'.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from marinctl.errors import UserError
+from marinctl.output import info
+from marinctl.sources import wandb_file as wf
+from marinctl.store import Store
+
+SCOPE = "wandb_file"
+STALE_AFTER = 120.0
+CRASH_AFTER = 600.0
+WINDOW_BYTES = 16 << 20
+Progress = Callable[[str, int, int], None]
+
+
+def is_local_target(target: str) -> bool:
+    """True when TARGET names a local .wandb file, run dir or wandb/ dir (not a W&B path)."""
+    text = target.strip()
+    if not text or text.startswith(("http://", "https://", "github:")) or text == "marin":
+        return False
+    path = Path(text).expanduser()
+    if path.exists():
+        return True
+    return text.endswith(".wandb") or text.startswith((".", "/", "~"))
+
+
+def find_run_files(path: Path) -> list[Path]:
+    """The .wandb files under a target, oldest first; `latest-run` links are not doubled."""
+    path = Path(path).expanduser()
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        return []
+    found = list(path.glob("*.wandb"))
+    if not found:
+        found = list(path.glob("*/*.wandb"))
+    if not found:
+        for sub in ("wandb", ".wandb"):
+            if (path / sub).is_dir():
+                found = list((path / sub).glob("*/*.wandb"))
+                if found:
+                    break
+    seen, out = set(), []
+    for f in found:
+        try:
+            key = f.resolve()
+            mtime = f.stat().st_mtime
+        except OSError:
+            continue
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append((mtime, f))
+    return [f for _, f in sorted(out)]
+
+
+# --- per-file state -------------------------------------------------------------------------
+
+
+@dataclass
+class FileState:
+    position: int = 0
+    token: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def run_uid(self) -> str | None:
+        return self.extra.get("run_uid")
+
+
+def _load_state(con, name: str) -> FileState:
+    row = con.execute("SELECT position, token, extra FROM sync_state WHERE scope = ? AND name = ?",
+                      [SCOPE, name]).fetchone()
+    if row is None:
+        return FileState()
+    extra = row[2]
+    if isinstance(extra, str):
+        extra = json.loads(extra)
+    return FileState(row[0] or 0, row[1], extra or {})
+
+
+def _save_state(con, name: str, st: FileState) -> None:
+    con.execute(
+        "INSERT INTO sync_state (scope, name, position, token, extra, updated_at)"
+        " VALUES (?, ?, ?, ?, ?, current_timestamp) ON CONFLICT (scope, name) DO UPDATE SET"
+        " position = excluded.position, token = excluded.token, extra = excluded.extra,"
+        " updated_at = excluded.updated_at",
+        [SCOPE, name, st.position, st.token, json.dumps(st.extra)],
+    )
+
+
+def state_for(exit_code: int | None, mtime: float, now: float) -> str:
+    if exit_code is not None:
+        return "finished" if exit_code == 0 else "failed"
+    age = now - mtime
+    if age >= CRASH_AFTER:
+        return "crashed"
+    if age >= STALE_AFTER:
+        return "stale"
+    return "running"
+
+
+# --- console lines --------------------------------------------------------------------------
+
+
+class Console:
+    """output_raw fragments to lines: '\\n' ends a line, a bare '\\r' rewrites it (progress bars)."""
+
+    def __init__(self, pending: dict[str, str] | None = None):
+        self.pending = dict(pending or {})
+
+    def feed(self, stream: str, text: str) -> list[str]:
+        buf = self.pending.get(stream, "") + text
+        lines = []
+        while True:
+            i = buf.find("\n")
+            if i < 0:
+                break
+            line = buf[:i]
+            buf = buf[i + 1:]
+            if line.endswith("\r"):
+                line = line[:-1]
+            lines.append(line.rsplit("\r", 1)[-1])
+        if "\r" in buf:
+            head, _, tail = buf.rpartition("\r")
+            buf = tail if tail else head.rsplit("\r", 1)[-1] + "\r"
+        self.pending[stream] = buf
+        return lines
+
+
+# --- one file -------------------------------------------------------------------------------
+
+
+@dataclass
+class FileResult:
+    run: str | None
+    rows_added: int = 0
+    first_step: int | None = None
+    last_step: int | None = None
+    changed: bool = False
+    readable: bool = False      # the file has (had) at least one valid record
+
+    def as_json(self) -> dict:
+        return {"run": self.run, "rows_added": self.rows_added, "first_step": self.first_step,
+                "last_step": self.last_step}
+
+
+class FileSync:
+    """Sync of one .wandb file; keeps warn-once bookkeeping across polls (for follow)."""
+
+    def __init__(self, store: Store, path: Path):
+        self.store = store
+        self.path = Path(path)
+        self.name = str(self.path.resolve())
+        self.warned: set[str] = set()
+
+    def warn(self, what: str, message: str) -> None:
+        if what in self.warned:
+            return
+        self.warned.add(what)
+        from marinctl.text import inert
+
+        info(f"warning: {inert(str(self.path), single_line=True)}: {message}")
+
+    def sync(self, *, progress: Progress | None = None, now: float | None = None) -> FileResult:
+        try:
+            st = os.stat(self.path)
+        except OSError as exc:
+            self.warn("stat", f"cannot read ({exc.strerror})")
+            return FileResult(None)
+        now = time.time() if now is None else now
+        token = f"{st.st_dev}:{st.st_ino}"
+        with self.store.connect() as con:
+            state = _load_state(con, self.name)
+        fresh = state.token != token or st.st_size < state.position and not state.extra.get("skip_to")
+        if fresh and state.token is not None:
+            state = FileState()   # replaced or rewritten: read it again from the start
+        unchanged = (not fresh and st.st_size == state.extra.get("size")
+                     and st.st_mtime_ns == state.extra.get("mtime_ns"))
+        if unchanged:
+            return self._refresh_state(state, st.st_mtime, now)
+        return self._read(state, token, st, now, progress)
+
+    # .. unchanged file: only the liveness clock moves
+    def _refresh_state(self, state: FileState, mtime: float, now: float) -> FileResult:
+        uid = state.run_uid
+        res = FileResult(state.extra.get("run_id"), first_step=state.extra.get("first_step"),
+                         last_step=state.extra.get("last_step"), readable=uid is not None)
+        if uid is None:
+            return res
+        new = state_for(state.extra.get("exit_code"), mtime, now)
+        if new != state.extra.get("state"):
+            with self.store.transaction() as con:
+                con.execute("UPDATE runs SET state = ? WHERE uid = ?", [new, uid])
+                state.extra["state"] = new
+                _save_state(con, self.name, state)
+            res.changed = True
+        return res
+
+    # .. new bytes
+    def _read(self, state: FileState, token: str, st: os.stat_result, now: float,
+              progress: Progress | None) -> FileResult:
+        extra = state.extra
+        start = state.position or 0
+        with open(self.path, "rb") as fh:
+            if start == 0:
+                head = fh.read(wf.HEADER_SIZE)
+                if not wf.has_header(head):
+                    if st.st_size == 0 or (len(head) < wf.HEADER_SIZE and wf.HEADER.startswith(head)):
+                        if st.st_size == 0 and now - st.st_mtime > STALE_AFTER:
+                            self.warn("empty", "empty file, no W&B records")
+                        return FileResult(None)
+                    self.warn("header", "not a W&B transaction log (no :W&B header at byte 0)")
+                    return FileResult(None)
+                start = wf.HEADER_SIZE
+            skip_to = extra.pop("skip_to", None)
+            if skip_to is not None and skip_to > start:
+                if st.st_size <= skip_to:
+                    extra["skip_to"] = skip_to
+                    self._finish(state, token, st, now)
+                    return FileResult(extra.get("run_id"), first_step=extra.get("first_step"),
+                                      last_step=extra.get("last_step"), readable=extra.get("run_uid") is not None)
+                start = skip_to
+            fh.seek(start)
+            buf = fh.read(max(0, st.st_size - start))
+        age = now - st.st_mtime
+        live = extra.get("exit_code") is None and age < STALE_AFTER
+        added, end, partial_at = self._scan_all(state, buf, start, st, now, progress, live)
+        if partial_at is not None and live and extra.get("exit_code") is not None:
+            # the run's exit record arrived: a bad tail is corruption, not a write in flight
+            off = end - start
+            more, end, partial_at = self._scan_all(state, buf[off:], end, st, now, progress, False)
+            added += more
+        if partial_at is not None and not live:
+            self.warn("partial", f"incomplete record at byte {partial_at} (file truncated?);"
+                                 " kept every complete record before it")
+        self._finish(state, token, st, now)
+        return FileResult(extra.get("run_id"), rows_added=added, first_step=extra.get("first_step"),
+                          last_step=extra.get("last_step"), changed=True,
+                          readable=extra.get("run_uid") is not None)
+
+    def _scan_all(self, state, buf, base, st, now, progress, live):
+        """Scan and apply window by window; returns (rows added, end offset, partial_at)."""
+        extra = state.extra
+        total, off, added = len(buf), 0, 0
+        mv = memoryview(buf)
+        while True:
+            sc = wf.scan(mv[off:], base + off, limit=WINDOW_BYTES, live_tail=live)
+            if sc.corrupt_at is not None:
+                self.warn("corrupt", f"{sc.corrupt_reason} at byte {sc.corrupt_at}; skipped to the next"
+                                     " 32 KiB block and kept every valid record")
+            added += self._apply(state, sc, st, now)
+            progressed = sc.end - base - off
+            off = sc.end - base
+            if sc.skip_to is not None:
+                extra["skip_to"] = sc.skip_to
+            if progress and extra.get("run_id"):
+                progress(extra["run_id"], off, total)
+            if off >= total or sc.partial or sc.skip_to is not None or progressed <= 0:
+                return added, sc.end, sc.partial_at if sc.partial else None
+
+    def _finish(self, state: FileState, token: str, st: os.stat_result, now: float) -> None:
+        extra = state.extra
+        extra["size"], extra["mtime_ns"] = st.st_size, st.st_mtime_ns
+        state.token = token
+        uid = extra.get("run_uid")
+        with self.store.transaction() as con:
+            if uid is not None:
+                new = state_for(extra.get("exit_code"), st.st_mtime, now)
+                hb = datetime.fromtimestamp(st.st_mtime, timezone.utc)
+                con.execute("UPDATE runs SET state = ?, heartbeat_at = ? WHERE uid = ?", [new, hb, uid])
+                extra["state"] = new
+            _save_state(con, self.name, state)
+
+    def _apply(self, state: FileState, sc: wf.Scan, st: os.stat_result, now: float) -> int:
+        """Decode one window and write it with the new position in ONE transaction."""
+        from marinctl.store import metrics as M
+        from marinctl.store.runs import upsert_run
+
+        extra = state.extra
+        hist, runs, configs, summaries, outputs, exits = [], [], [], [], [], []
+        recs = sc.records
+        for i, (_end, rt, payload) in enumerate(recs):
+            if rt == wf.HISTORY:
+                hist.append(payload)
+            elif rt == wf.SUMMARY:
+                # The two summary records wandb-core writes with every log() just repeat that
+                # step's history values, which we take from history itself; parse the rest.
+                if _precedes_history(recs, i):
+                    continue
+                summaries.append((i, payload))
+            elif rt == wf.RUN:
+                runs.append((i, payload))
+            elif rt == wf.CONFIG:
+                configs.append((i, payload))
+            elif rt == wf.OUTPUT_RAW:
+                outputs.append((i, payload))
+            elif rt == wf.EXIT:
+                exits.append(payload)
+
+        cols = wf.decode_history(hist) if hist else None
+        meta = extra.get("meta", {})
+        with self.store.connect() as con:
+            if extra.get("run_uid"):
+                row = con.execute("SELECT config, summary FROM runs WHERE uid = ?", [extra["run_uid"]]).fetchone()
+            else:
+                row = None
+        config = _json(row[0]) if row else {}
+        summary = _json(row[1]) if row else {}
+
+        for _, payload in runs:
+            r = wf.parse_record(payload).run
+            meta = _run_meta(r)
+            cfg: dict = {}
+            wf.apply_items(cfg, wf.decode_items(r.config.update))
+            config = cfg | {k: v for k, v in config.items() if k not in cfg}
+            wf.apply_items(summary, wf.decode_items(r.summary.update))
+        for _, payload in configs:
+            c = wf.parse_record(payload).config
+            wf.apply_items(config, wf.decode_items(c.update), [_path(it) for it in c.remove])
+        # Summary = updates in file order, with history's latest values standing in for the
+        # per-log summary records we skipped (applied at the position of the last history).
+        last_hist = max((i for i, (_e, rt, _p) in enumerate(recs) if rt == wf.HISTORY), default=-1)
+        for when in ("before", "after"):
+            if when == "after" and cols is not None:
+                summary.update(cols.last_values)
+                summary["_step"] = max(cols.row_steps)
+            for i, payload in summaries:
+                if (i < last_hist) == (when == "before"):
+                    s = wf.parse_record(payload).summary
+                    wf.apply_items(summary, wf.decode_items(s.update), [_path(it) for it in s.remove])
+        for payload in exits:
+            extra["exit_code"] = wf.parse_record(payload).exit.exit_code
+        if meta:
+            extra["meta"] = meta
+        if not meta or not meta.get("run_id"):
+            # no run record yet: nothing can be attributed; wait (position stays put)
+            if not recs:
+                return 0
+            if not extra.get("run_uid"):
+                return 0
+        run_info = _run_info(meta, config, summary, self.path, extra, st, now)
+        extra["run_id"], extra["run_uid"] = run_info.run_id, run_info.uid
+
+        # console lines, stamped with the last history step seen before them
+        events = []
+        if outputs:
+            console = Console(extra.get("pending"))
+            n = extra.get("lines", 0)
+            hist_idx = [i for i, (_e, rt, _p) in enumerate(recs) if rt == wf.HISTORY]
+            row_steps = cols.row_steps if cols is not None else []
+            import bisect
+
+            for i, payload in outputs:
+                o = wf.parse_record(payload).output_raw
+                stream = "stderr" if o.output_type == 0 else "stdout"
+                k = bisect.bisect_left(hist_idx, i)
+                step = row_steps[k - 1] if k > 0 else extra.get("last_step")
+                t = o.timestamp.seconds + o.timestamp.nanos / 1e9 if o.timestamp.seconds else None
+                for line in console.feed(stream, o.line):
+                    events.append((f"output:{run_info.uid}:{n}", t, line, step, stream))
+                    n += 1
+            extra["pending"], extra["lines"] = console.pending, n
+
+        added = 0
+        with self.store.transaction() as con:
+            run_pk = upsert_run(con, run_info)
+            if cols is not None and cols.num_rows:
+                added = _write_history(con, M, run_pk, cols)
+                lo, hi = int(cols.steps.min()), int(cols.steps.max())
+                first = extra.get("first_step")
+                extra["first_step"] = lo if first is None else min(first, lo)
+                last = extra.get("last_step")
+                extra["last_step"] = hi if last is None else max(last, hi)
+                con.execute("UPDATE runs SET last_step = greatest(coalesce(last_step, -1), ?) WHERE run_pk = ?",
+                            [hi, run_pk])
+            if events:
+                _write_events(con, run_info.uid, events)
+            state.position = sc.end
+            _save_state(con, self.name, state)
+        return added
+
+
+def _precedes_history(recs, i: int) -> bool:
+    """Is record i one of the (at most two) summary records right before a history record?"""
+    for j in (i + 1, i + 2):
+        if j >= len(recs):
+            return False
+        rt = recs[j][1]
+        if rt == wf.HISTORY:
+            return True
+        if rt != wf.SUMMARY:
+            return False
+    return False
+
+
+def _path(item) -> list[str]:
+    return [item.key] if item.key else list(item.nested_key)
+
+
+def _json(v) -> dict:
+    if v is None:
+        return {}
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except ValueError:
+            return {}
+    return v if isinstance(v, dict) else {}
+
+
+def _run_meta(r) -> dict:
+    meta = {
+        "run_id": r.run_id, "entity": r.entity or None, "project": r.project or None,
+        "name": r.display_name or None, "group": r.run_group or None, "job_type": r.job_type or None,
+        "tags": list(r.tags), "notes": r.notes or None, "host": r.host or None,
+    }
+    if r.HasField("start_time") and r.start_time.seconds:
+        meta["start_time"] = r.start_time.seconds + r.start_time.nanos / 1e9
+    if r.HasField("branch_point") and r.branch_point.run:
+        meta["fork_parent"] = r.branch_point.run
+        meta["fork_step"] = int(r.branch_point.value)
+    return meta
+
+
+def _run_info(meta: dict, config: dict, summary: dict, path: Path, extra: dict, st, now: float):
+    from marinctl.domain import RunInfo
+
+    user_config = {k: v for k, v in config.items() if not k.startswith("_wandb")}
+    marker = user_config.get("marinctl")
+    source = "repro" if isinstance(marker, dict) and marker.get("repro_of") else "local"
+    created = meta.get("start_time")
+    return RunInfo(
+        source=source, run_id=meta["run_id"], entity=meta.get("entity"), project=meta.get("project"),
+        name=meta.get("name") or meta["run_id"], group=meta.get("group"), job_type=meta.get("job_type"),
+        tags=meta.get("tags") or [], state=state_for(extra.get("exit_code"), st.st_mtime, now),
+        created_at=datetime.fromtimestamp(created, timezone.utc) if created else None,
+        heartbeat_at=datetime.fromtimestamp(st.st_mtime, timezone.utc),
+        config=user_config, summary={k: v for k, v in summary.items() if k != "_wandb"},
+        fork_parent=meta.get("fork_parent"), fork_step=meta.get("fork_step"), path=str(path),
+    )
+
+
+def _write_history(con, M, run_pk: int, cols: wf.HistoryColumns) -> int:
+    """Write long rows; steps already stored (a step logged again, or a re-read) are merged."""
+    import numpy as np
+    import pyarrow as pa
+
+    lo, hi = int(cols.steps.min()), int(cols.steps.max()) + 1
+    batch = pa.table({"step": pa.array(cols.steps, pa.int64()), "key": cols.keys,
+                      "value": pa.array(cols.values, pa.float64())})
+    last = con.execute("SELECT last_step FROM runs WHERE run_pk = ?", [run_pk]).fetchone()[0]
+    if last is not None and lo <= last:
+        # keep stored rows of these steps that the new records do not override
+        con.register("_new", batch)
+        try:
+            old = con.execute(
+                "SELECT m.step, k.key, m.value FROM metrics m JOIN metric_keys k USING (key_id)"
+                " WHERE m.run_pk = ? AND m.step >= ? AND m.step < ?"
+                " AND NOT EXISTS (SELECT 1 FROM _new n WHERE n.step = m.step AND n.key = k.key)",
+                [run_pk, lo, hi]).fetch_arrow_table()
+        finally:
+            con.unregister("_new")
+        if old.num_rows:
+            batch = pa.concat_tables([old.cast(batch.schema), batch])
+        # the same step twice in one window: the later record wins per key
+        if len(np.unique(cols.row_steps)) != len(cols.row_steps):
+            batch = _dedupe(batch)
+        M.replace_range(con, run_pk, batch, lo, hi)
+        return batch.num_rows - old.num_rows
+    if len(np.unique(cols.row_steps)) != len(cols.row_steps):
+        batch = _dedupe(batch)
+    M.replace_range(con, run_pk, batch, lo, hi, existing_last_step=last)
+    return batch.num_rows
+
+
+def _dedupe(batch):
+    import pyarrow as pa
+
+    rows = {}
+    for s, k, v in zip(batch.column("step").to_pylist(), batch.column("key").to_pylist(),
+                       batch.column("value").to_pylist()):
+        rows[(s, k)] = v
+    return pa.table({"step": pa.array([s for s, _ in rows], pa.int64()),
+                     "key": pa.array([k for _, k in rows], pa.string()),
+                     "value": pa.array(list(rows.values()), pa.float64())})
+
+
+def _write_events(con, uid: str, events: list) -> None:
+    import pyarrow as pa
+
+    from marinctl.text import inert
+
+    tbl = pa.table({
+        "event_id": [e[0] for e in events],
+        "time": pa.array([datetime.fromtimestamp(e[1], timezone.utc) if e[1] else None for e in events],
+                         pa.timestamp("us", tz="UTC")),
+        "title": [inert(e[2], single_line=True)[:200] for e in events],
+        "body": [e[2] for e in events],
+        "step": pa.array([e[3] for e in events], pa.int64()),
+        "fields": [json.dumps({"stream": e[4]}) for e in events],
+    })
+    con.register("_ev", tbl)
+    try:
+        con.execute(
+            "INSERT OR REPLACE INTO events (event_id, source, kind, time, title, author, url, body, run_uid,"
+            " step, fields) SELECT event_id, 'local', 'console', time, title, NULL, NULL, body, ?, step,"
+            " CAST(fields AS JSON) FROM _ev", [uid])
+    finally:
+        con.unregister("_ev")
+
+
+# --- targets --------------------------------------------------------------------------------
+
+
+def _files_or_error(path: Path) -> list[Path]:
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise UserError(f"no such file or directory: {path}", "pass a .wandb file, a run dir or a wandb/ dir")
+    files = find_run_files(path)
+    if not files:
+        raise UserError(f"no .wandb files in {path}",
+                        "pass a wandb/ dir, an offline-run-*/ run dir or a run-*.wandb file")
+    return files
+
+
+def sync_path(store: Store, path, *, progress: Progress | None = None) -> list[dict]:
+    """One pass over a local target; returns the contract's per-run sync dicts.
+
+    Raises UserError when the path is missing, holds no .wandb files, or nothing in it is
+    readable (not a W&B log, empty, or corrupt from the first byte).
+    """
+    files = _files_or_error(path)
+    results, readable = [], False
+    for f in files:
+        res = FileSync(store, f).sync(progress=progress)
+        readable |= res.readable
+        if res.run is not None:
+            results.append(res.as_json())
+    if not readable:
+        what = files[0] if len(files) == 1 else path
+        raise UserError(f"nothing readable in {what}: no valid W&B records",
+                        "check the path: a run-*.wandb file written by wandb >= 0.18")
+    return results
+
+
+def follow(store: Store, path, *, interval: float = 1.0, stop: threading.Event,
+           on_update: Callable[[list[dict]], None] | None = None,
+           progress: Progress | None = None) -> None:
+    """Tail a local target until `stop` is set: new bytes, new runs, liveness changes.
+
+    Calls `on_update(results)` after each poll that changed something in the store.
+    """
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise UserError(f"no such file or directory: {path}", "pass a .wandb file, a run dir or a wandb/ dir")
+    syncs: dict[str, FileSync] = {}
+    while not stop.is_set():
+        changed = []
+        for f in find_run_files(path):
+            fs = syncs.get(str(f))
+            if fs is None:
+                fs = syncs[str(f)] = FileSync(store, f)
+            res = fs.sync(progress=progress)
+            if res.changed and res.run is not None:
+                changed.append(res.as_json())
+        if changed and on_update is not None:
+            on_update(changed)
+        stop.wait(interval)
