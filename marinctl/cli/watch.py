@@ -1,9 +1,91 @@
-"""Commands for this group (being built; see the issue tracker)."""
+"""`watch` (the live TUI) and `plot` (one chart on stdout, for scripts and pipes).
+
+Both draw what `marinctl.analysis.series_view` computes. `plot` never imports textual:
+it paints on a plain plotext figure, uncoloured when stdout is not a terminal.
+"""
 
 from __future__ import annotations
 
+import shutil
+import sys
+from typing import Annotated, Optional
+
 import typer
+
+from marinctl.errors import UserError
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
+    app.command("watch", help="The live view of a run: curves with every spike kept, anomaly and GitHub markers, "
+                              "lineage, ladder overlays, progress. TARGET: a sync target (`marin`, a W&B URL, "
+                              "ENTITY/PROJECT/RUN_ID, a wandb/ dir) or a stored RUN; default: the hero lineage. "
+                              "Press ? inside for keys.")(watch)
+    app.command("plot", help="A plotext chart of one metric on stdout (min/max envelope per bucket, smoothed line, "
+                             "anomaly and event markers).")(plot)
+
+
+def watch(
+    target: Annotated[Optional[str], typer.Argument(metavar="[TARGET]", help="What to follow (default: the hero lineage).")] = None,
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between background syncs.")] = 30.0,
+) -> None:
+    if not interval > 0:
+        raise UserError(f"--interval must be a positive number of seconds, not {interval}", "try `marinctl watch --interval 30`")
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UserError("watch needs an interactive terminal", "for scripts and pipes use `marinctl plot KEY [--run RUN]`")
+    from marinctl.store import open_store
+    from marinctl.tui.app import plan_target, run_watch
+
+    plan_target(open_store(), target)    # bad TARGETs fail here with exit 2, before the screen opens
+    run_watch(target, interval)
+
+
+def plot(
+    key: Annotated[str, typer.Argument(metavar="KEY", help="Metric key, e.g. train/loss.")],
+    run: Annotated[Optional[str], typer.Option("--run", help="RUN (default: the hero lineage, or the only run stored).")] = None,
+    width: Annotated[Optional[int], typer.Option("--width", help="Columns (default: the terminal's, else 100).")] = None,
+    height: Annotated[Optional[int], typer.Option("--height", help="Rows (default: 24).")] = None,
+    log_y: Annotated[bool, typer.Option("--log-y", help="Logarithmic y axis.")] = False,
+    smoothing: Annotated[str, typer.Option("--smoothing", help="none, ema or debiased.")] = "ema",
+    x_axis: Annotated[str, typer.Option("--x", help="step, tokens, fraction or wall.")] = "step",
+) -> None:
+    from marinctl.analysis import series_view as sv
+    from marinctl.store import open_store
+    from marinctl.store import metrics as M
+    from marinctl.store.lineage import resolve_target
+
+    if smoothing not in sv.SMOOTHINGS:
+        raise UserError(f"unknown smoothing {smoothing!r} (known: {', '.join(sv.SMOOTHINGS)})", "try `--smoothing ema`")
+    if x_axis not in sv.X_MODES:
+        raise UserError(f"unknown x axis {x_axis!r} (known: {', '.join(sv.X_MODES)})", "try `--x step`")
+    tty = sys.stdout.isatty()
+    cols = width or (shutil.get_terminal_size((100, 24)).columns if tty else 100)
+    rows = height or 24
+    if cols < 20 or rows < 6:
+        raise UserError(f"a {cols}x{rows} chart is too small", "use --width 20 or more and --height 6 or more")
+    with open_store().connect() as con:
+        target = resolve_target(con, run, stitched=True)
+        if not sv.has_data(con, target, key):
+            import difflib
+
+            keys = M.run_keys(con, target.run_pks)
+            close = difflib.get_close_matches(key, keys, n=3)
+            raise UserError(
+                f"no metric {key!r} stored for {target.name}" + (f" (did you mean {', '.join(close)}?)" if close else ""),
+                "list stored keys with `marinctl sql \"SELECT key FROM metric_keys ORDER BY 1\"`",
+            )
+        lo, hi = M.step_range(con, target.segments)
+        axis = sv.axis_for(con, target, x_axis, int(lo), int(hi))
+        markers = sv.markers_for(con, target, int(lo), int(hi))
+        panel = sv.load_panel(con, target, key, int(lo), int(hi), buckets=max(50, 2 * cols), smoothing=smoothing,
+                              axis=axis, markers=markers)
+    from plotext._figure import _figure_class
+    from plotext._utility import uncolorize
+
+    fig = _figure_class()
+    title = f"{key} — {target.name}" + (f" ({target.leaf['run_id']})" if target.stitched else "")
+    from marinctl.text import inert
+
+    sv.paint(fig, panel, width=cols, height=rows, logy=log_y, axis=axis, title=inert(title, single_line=True))
+    text = fig.build()
+    sys.stdout.write((text if tty else uncolorize(text)) + "\n")
