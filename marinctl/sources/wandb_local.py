@@ -476,7 +476,7 @@ def _write_history(con, M, run_pk: int, cols: wf.HistoryColumns) -> int:
     lo, hi = int(cols.steps.min()), int(cols.steps.max()) + 1
     batch = pa.table({"step": pa.array(cols.steps, pa.int64()), "key": cols.keys,
                       "value": pa.array(cols.values, pa.float64())})
-    last = con.execute("SELECT last_step FROM runs WHERE run_pk = ?", [run_pk]).fetchone()[0]
+    last = con.execute("SELECT last_step FROM runs WHERE run_pk = ?", [run_pk]).fetchall()[0][0]
     if last is not None and lo <= last:
         # keep stored rows of these steps that the new records do not override
         con.register("_new", batch)
