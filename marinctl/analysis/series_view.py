@@ -426,8 +426,12 @@ def header_stats(con: duckdb.DuckDBPyConnection, target: Target, now: datetime |
 
 def _seconds_per_step(con: duckdb.DuckDBPyConnection, target: Target, step: int, window: int = 200) -> float | None:
     s, v = M.series(con, target.segments, "_timestamp", lo=max(0, step - window))
-    if len(s) >= 2 and s[-1] > s[0]:
-        return float((v[-1] - v[0]) / (s[-1] - s[0]))
+    if len(s) >= 2:
+        # Median of per-step pace: a restart or fork gap in the window must not inflate the ETA.
+        ds, dv = np.diff(s), np.diff(v)
+        ok = (ds > 0) & np.isfinite(dv)
+        if ok.any():
+            return float(np.median(dv[ok] / ds[ok]))
     s, v = M.series(con, target.segments, "throughput/duration", lo=max(0, step - window))
     ok = np.isfinite(v)
     return float(np.mean(v[ok])) if ok.any() else None

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from textual import on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Input, OptionList, Static
 
 from marinctl.analysis import series_view as sv
@@ -27,6 +27,7 @@ from marinctl.tui import messages as msg
 from marinctl.tui.charts import MetricChart, PaintOptions
 from marinctl.tui.screens.explain import ExplainScreen
 from marinctl.tui.screens.help import HelpScreen
+from marinctl.tui.widgets.grid import ChartGrid
 from marinctl.tui.widgets.sidebar import RunsSidebar
 from marinctl.tui.widgets.status import StatusHeader
 
@@ -133,13 +134,14 @@ class WatchApp(App):
             with Vertical(id="main"):
                 yield Input(placeholder="regex over every key, e.g. router|drop  (enter: apply, esc: clear)", id="filter")
                 yield Static("", id="notice")
-                yield VerticalScroll(id="grid")
+                yield ChartGrid(id="grid")
                 yield Static("", id="readout")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#filter").display = False
         self.query_one("#sidebar").border_title = "runs"
+        self.query_one("#grid").focus()
         self.params = self._with(buckets=self._bucket_guess())
         self.run_worker(self._plan_worker, thread=True, group="plan", exit_on_error=False)
         self.set_interval(1.0, self.query_one(StatusHeader).redraw)
@@ -297,7 +299,7 @@ class WatchApp(App):
         self.ui_seconds += time.perf_counter() - t0
 
     def _sync_charts(self, view: sv.View, frames: dict[str, Any]) -> None:
-        grid = self.query_one("#grid", VerticalScroll)
+        grid = self.query_one("#grid", ChartGrid)
         charts = self._charts()
         keys = [p.key for p in view.panels]
         if list(charts) != keys:

@@ -1,0 +1,278 @@
+"""The watch TUI driven by Textual's Pilot on a real DuckDB file of SYNTHETIC runs.
+
+Covers keys, the `/` filter, cursor movement and readout, the explain panel on `e`,
+overlay toggles, log-y, a slow sync that must not block keys, sync failures as
+notifications, and the advisory sync lock shared with `marinctl sync`.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import types
+
+import pytest
+
+from marinctl.errors import RuntimeFailure
+from marinctl.tui.app import WatchApp
+from marinctl.tui.capture import screen_text
+from tests.tui_store import EVENT_STEP, SPIKE_STEP, build_watch_store
+
+SIZE = (150, 48)
+pytestmark = pytest.mark.asyncio
+
+
+@pytest.fixture
+def watch_store(store):
+    build_watch_store(store)
+    return store
+
+
+async def wait_for(pilot, cond, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        await pilot.pause(0.05)
+        if cond():
+            return
+    raise AssertionError("condition not reached in time")
+
+
+async def loaded(pilot, app, refreshes=1):
+    await wait_for(pilot, lambda: app.view is not None and app.refreshes >= refreshes and not running(app, "load"))
+    await pilot.pause(0.1)
+
+
+def running(app, group):
+    return any(w.group == group and w.is_running for w in app.workers)
+
+
+async def test_first_frame_shows_default_panels_header_and_sidebar(watch_store):
+    app = WatchApp(None, 30, store=watch_store, autosync=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        keys = [p.key for p in app.view.panels]
+        assert keys[:4] == ["train/loss", "eval/paloma/macro_loss", "grad/norm/total", "params/norm/total"]
+        text = screen_text(app)
+        assert "step 799 / 800" in text
+        assert "hero (stitched)" in text and "rung1 d768" in text
+        assert "train/loss" in text
+
+
+async def test_keys_toggle_logy_smoothing_and_x_axis(watch_store):
+    app = WatchApp("hero", 30, store=watch_store, autosync=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("y")
+        assert app.options.logy is True
+        await pilot.press("s")
+        await loaded(pilot, app, 2)
+        assert app.view.params.smoothing == "debiased"
+        await pilot.press("x")
+        await loaded(pilot, app, 3)
+        assert app.view.axis.mode == "tokens"
+        assert "log-y: on" in screen_text(app) and "smoothing: debiased" in screen_text(app)
+
+
+async def test_slash_filter_over_all_keys_and_escape_clears(watch_store):
+    app = WatchApp("hero", 30, store=watch_store, autosync=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await wait_for(pilot, lambda: app.all_keys is not None)
+        await pilot.press("slash")
+        await pilot.press(*"drop_fraction|layer_0/routing_entropy")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.view.params.pattern is not None and not running(app, "load"))
+        await pilot.pause(0.1)
+        keys = [p.key for p in app.view.panels]
+        assert keys == ["moe/drop_fraction", "train/router/layer_0/routing_entropy"]
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.view.params.pattern is None and not running(app, "load"))
+        await pilot.pause(0.1)
+        assert len(app.view.panels) == 8
+
+
+async def test_cursor_moves_by_buckets_and_reads_out_values(watch_store):
+    app = WatchApp("hero", 30, store=watch_store, autosync=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        width = app._bucket_width()
+        await pilot.press("home")
+        assert app.cursor_step == 0
+        await pilot.press("right", "right", "right")
+        assert app.cursor_step == pytest.approx(3 * width)
+        readout = str(app.query_one("#readout").render())
+        assert f"step {int(round(3 * width)):,}" in readout and "train/loss" in readout
+        # the readout value is the bucket under the cursor
+        loss = next(p for p in app.view.panels if p.key == "train/loss")
+        mean = loss.raw[loss.bucket_at(app.cursor_step)]
+        assert f"{mean:.4g}" in readout
+        await wait_for(pilot, lambda: not running(app, "paint"))
+        await pilot.pause(0.1)
+        chart = next(c for c in app.query("MetricChart") if c.key == "train/loss")
+        assert chart.options.cursor_step == app.cursor_step
+
+
+async def test_n_jumps_to_marker_and_e_opens_explain_for_it(watch_store, monkeypatch):
+    calls = []
+
+    def fake_explain(con, target, step):
+        calls.append((target, step))
+        return {"run": target, "step": step, "findings": [
+            {"metric": "train/loss", "kind": "spike", "step": step, "cause_class": "data_batch", "confidence": 0.9,
+             "explanation": "a bad batch (synthetic finding)"}], "context": {"lr_phase": "warmup", "data_phase": "initial"}}
+
+    monkeypatch.setitem(sys.modules, "marinctl.analysis.explain", types.SimpleNamespace(explain=fake_explain))
+    app = WatchApp("hero", 30, store=watch_store, autosync=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("home", "n")
+        assert app.cursor_step == SPIKE_STEP
+        await pilot.press("e")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "ExplainScreen")
+        assert calls == [("hero", SPIKE_STEP)]
+        text = screen_text(app)
+        assert "a bad batch (synthetic finding)" in text and "data_batch" in text
+        assert "anomaly @250" in text
+        await pilot.press("escape")
+        assert type(app.screen).__name__ != "ExplainScreen"
+        await pilot.press("n")
+        assert app.cursor_step == EVENT_STEP
+
+
+async def test_explain_panel_without_the_explain_module(watch_store, monkeypatch):
+    monkeypatch.setitem(sys.modules, "marinctl.analysis.explain", None)    # import raises ImportError
+    app = WatchApp("hero", 30, store=watch_store, autosync=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("e")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "ExplainScreen")
+        assert "explain is not available" in screen_text(app)
+
+
+async def test_overlay_toggle_draws_rungs_on_fraction_axis(watch_store):
+    app = WatchApp("hero", 30, store=watch_store, autosync=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("o")
+        await loaded(pilot, app, 2)
+        assert app.view.axis.mode == "fraction"
+        assert {o.name for o in app.view.panels[0].overlays} == {"d768", "d1024", "d1536", "d2048"}
+        await pilot.press("o")
+        await loaded(pilot, app, 3)
+        assert app.view.panels[0].overlays == []
+
+
+async def test_zoom_and_pan_change_the_window(watch_store):
+    app = WatchApp("hero", 30, store=watch_store, autosync=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("home", *["right"] * 40)
+        centre = app.cursor_step
+        await pilot.press("plus")
+        await loaded(pilot, app, 2)
+        assert app.view.hi - app.view.lo == pytest.approx(400, abs=2)
+        assert app.view.lo <= centre <= app.view.hi
+        lo = app.view.lo
+        await pilot.press("right_square_bracket")
+        await loaded(pilot, app, 3)
+        assert app.view.lo == lo + 100
+        await pilot.press("0")
+        await loaded(pilot, app, 4)
+        assert (app.view.lo, app.view.hi) == (0, 799)
+
+
+async def test_help_screen_on_question_mark(watch_store):
+    app = WatchApp("hero", 30, store=watch_store, autosync=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("question_mark")
+        await pilot.pause(0.1)
+        assert type(app.screen).__name__ == "HelpScreen"
+        assert "explain the step under the cursor" in screen_text(app)
+
+
+async def test_ui_stays_responsive_while_a_sync_is_slow(watch_store):
+    release = threading.Event()
+    started = threading.Event()
+
+    def slow_sync(store, targets):
+        started.set()
+        release.wait(20)
+        return {"runs": [], "events_added": 0}
+
+    app = WatchApp("marin", 3600, store=watch_store, sync_fn=slow_sync)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(pilot, app)
+            await wait_for(pilot, started.is_set)
+            assert running(app, "sync")
+            before = app.options.logy
+            t0 = time.monotonic()
+            await pilot.press("y")
+            await pilot.press("question_mark")
+            await pilot.pause(0.05)
+            assert app.options.logy is not before
+            assert type(app.screen).__name__ == "HelpScreen"
+            assert time.monotonic() - t0 < 2.0
+            assert running(app, "sync") and not release.is_set()     # the sync is still going
+            assert "syncing" in screen_text(app)
+            release.set()
+            await wait_for(pilot, lambda: not running(app, "sync"))
+            await wait_for(pilot, lambda: app.query_one("#header").synced_at is not None)
+    finally:
+        release.set()
+
+
+async def test_sync_failure_is_a_notification_and_offline_header(watch_store):
+    def failing(store, targets):
+        raise RuntimeFailure("cannot reach api.wandb.ai", "check the network")
+
+    app = WatchApp("marin", 3600, store=watch_store, sync_fn=failing)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await wait_for(pilot, lambda: app.query_one("#header").offline_since is not None)
+        await pilot.pause(0.1)
+        assert any("cannot reach api.wandb.ai" in str(n.message) for n in app._notifications)
+        assert "offline — showing cache from" in screen_text(app)
+        assert len(app.view.panels) == 8          # the cached view stays up
+
+
+async def test_watch_holds_the_sync_lock_so_cli_sync_is_told(watch_store):
+    from marinctl.store import synclock
+
+    release = threading.Event()
+    started = threading.Event()
+
+    def slow_sync(store, targets):
+        started.set()
+        release.wait(20)
+        return {"runs": []}
+
+    app = WatchApp("marin", 3600, store=watch_store, sync_fn=slow_sync)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, started.is_set)
+            with pytest.raises(RuntimeFailure) as err:
+                with synclock.acquire(watch_store.path, "marin", owner="sync"):
+                    pass
+            assert "watch (pid" in err.value.message and "marin" in err.value.message
+            # readers in "another terminal" still work while watch is up
+            with watch_store.connect() as con:
+                assert con.execute("SELECT count(*) FROM runs").fetchall()[0][0] == 7
+            release.set()
+            await wait_for(pilot, lambda: not running(app, "sync"))
+        with synclock.acquire(watch_store.path, "marin", owner="sync"):
+            pass
+    finally:
+        release.set()
+
+
+async def test_bad_regex_is_a_notification(watch_store):
+    app = WatchApp("hero", 30, store=watch_store, autosync=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("slash", "(", "enter")
+        await pilot.pause(0.2)
+        assert any("bad regex" in str(n.message) for n in app._notifications)
+        assert app.view.params.pattern is None

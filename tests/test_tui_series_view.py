@@ -1,0 +1,165 @@
+"""The watch view-model, headless: spike-preserving envelopes, smoothing, axes, header, sidebar, markers.
+
+Data is SYNTHETIC (tests/fakes/synth.py, or generate_series in DuckDB for the long series).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from marinctl.analysis import series_view as sv
+from marinctl.store import metrics as M
+from marinctl.store.lineage import resolve_target
+from tests.tui_store import EVENT_STEP, SPIKE_STEP, build_watch_store
+
+LONG = 400_000
+SPIKE_AT = 123_457
+
+
+@pytest.fixture
+def long_store(store):
+    """One SYNTHETIC run with 400k steps of a smooth loss and a single one-step spike."""
+    with store.transaction() as con:
+        con.execute("INSERT INTO runs (uid, source, run_id, state) VALUES ('local:synthetic-long', 'local', 'synthetic-long', 'running')")
+        con.execute("INSERT INTO metric_keys (key) VALUES ('train/loss')")
+        con.execute(
+            f"INSERT INTO metrics SELECT 1, 1, s, CASE WHEN s = {SPIKE_AT} THEN 50.0 ELSE 2.0 + 1.0 / (1 + s / 1000.0) END"
+            f" FROM range({LONG}) t(s) ORDER BY s")
+        con.execute("UPDATE runs SET last_step = ? WHERE run_pk = 1", [LONG - 1])
+    return store
+
+
+@pytest.mark.parametrize("window", [(0, LONG - 1), (100_000, 200_000), (123_000, 124_000), (123_450, 123_460)])
+@pytest.mark.parametrize("buckets", [37, 200, 1000])
+def test_one_step_spike_survives_downsampling_at_every_zoom(long_store, window, buckets):
+    lo, hi = window
+    with long_store.connect() as con:
+        target = resolve_target(con, "synthetic-long")
+        panel = sv.load_panel(con, target, "train/loss", lo, hi, buckets=buckets, smoothing="ema")
+        env = M.downsample(con, target.segments, "train/loss", lo, hi + 1, buckets)
+    assert len(panel) <= buckets
+    assert np.nanmax(panel.vmax) == 50.0
+    i = int(np.nanargmax(env.vmax))
+    assert env.step_of_max[i] == SPIKE_AT
+    assert env.step_lo[i] <= SPIKE_AT <= env.step_hi[i]
+    # every other bucket stays on the smooth curve: the spike does not leak
+    others = np.delete(panel.vmax, int(np.nanargmax(panel.vmax)))
+    assert np.all(others < 3.01)
+    # the cursor readout at the spike shows it as the bucket's max
+    assert panel.value_at(SPIKE_AT)[2] == 50.0
+
+
+def test_smoothing_ema_and_debiased_match_hand_computed_values():
+    v = np.array([0.0, 1.0, 1.0])
+    assert sv.smooth(v, "none").tolist() == [0.0, 1.0, 1.0]
+    assert np.allclose(sv.smooth(v, "ema", 0.5), [0.0, 0.5, 0.75])
+    # debiased: acc = 0, 0.5, 0.75; divided by 1 - 0.5^n = 0.5, 0.75, 0.875
+    assert np.allclose(sv.smooth(v, "debiased", 0.5), [0.0, 0.5 / 0.75, 0.75 / 0.875])
+    with_nan = sv.smooth(np.array([1.0, np.nan, 3.0]), "ema", 0.5)
+    assert with_nan.tolist() == [1.0, 1.0, 2.0]
+
+
+@pytest.fixture
+def watch_store(store):
+    build_watch_store(store)
+    return store
+
+
+def test_axes_map_steps_to_tokens_fraction_and_wall_time(watch_store):
+    with watch_store.connect() as con:
+        hero = resolve_target(con, "hero")
+        tokens = sv.axis_for(con, hero, "tokens", 0, 799)
+        frac = sv.axis_for(con, hero, "fraction", 0, 799)
+        wall = sv.axis_for(con, hero, "wall", 0, 799)
+        ts_steps, ts = M.series(con, hero.segments, "_timestamp")
+    sched = sv.schedule_of(hero)
+    assert sched.total_steps == 800                       # the synthetic hero's num_train_steps
+    assert tokens.x([10])[0] == 10 * sched.tokens_per_step
+    assert frac.x([400])[0] == pytest.approx(0.5)
+    assert frac.label.startswith("fraction of 800")
+    # wall time: hours since the first timestamp, so ~19.8 s per synthetic step
+    assert wall.mode == "wall"
+    hours = wall.x([ts_steps[-1]])[0]
+    assert hours == pytest.approx((ts[-1] - ts[0]) / 3600, rel=0.02)
+    assert wall.step_at(wall.x([500])[0]) == pytest.approx(500, abs=5)
+
+
+def test_header_stats_for_the_stitched_hero(watch_store):
+    with watch_store.connect() as con:
+        hero = resolve_target(con, "hero")
+        stats = sv.header_stats(con, hero)
+    assert stats.step == 799 and stats.total_steps == 800
+    assert stats.liveness == "stale"            # running, heartbeat months old
+    cells = dict(stats.cells())
+    assert cells["step"].startswith("799 / 800")
+    assert stats.flops_budget == sv.HERO_FLOPS_BUDGET
+    assert stats.phase == "3:cooldown"           # 799/800 is past the 0.8 switch
+    assert 20 < stats.mfu < 25
+    assert stats.eta_s == pytest.approx(19.8, rel=0.2)   # one step left at ~19.8 s/step
+
+
+def test_liveness_from_state_and_heartbeat():
+    from datetime import datetime, timedelta, timezone
+
+    now = datetime(2026, 10, 1, tzinfo=timezone.utc)
+    assert sv.liveness("running", now - timedelta(minutes=2), now) == "live"
+    assert sv.liveness("running", now - timedelta(hours=2), now) == "stale"
+    assert sv.liveness("crashed", now, now) == "crashed"
+    assert sv.liveness("finished", None, now) == "finished"
+
+
+def test_sidebar_lists_hero_lineage_then_rungs(watch_store):
+    with watch_store.connect() as con:
+        entries = sv.sidebar_entries(con)
+    kinds = [e.kind for e in entries]
+    assert kinds[:4] == ["hero", "segment", "segment", "segment"]
+    assert [e.label.split()[0] for e in entries if e.kind == "rung"] == ["rung1", "rung2", "rung3", "rung4"]
+    assert entries[1].liveness == "crashed"        # the synthetic root crashed
+
+
+def test_markers_land_on_their_panels(watch_store):
+    with watch_store.connect() as con:
+        hero = resolve_target(con, "hero")
+        markers = sv.markers_for(con, hero, 0, 799)
+        loss = sv.load_panel(con, hero, "train/loss", 0, 799, markers=markers)
+        lr = sv.load_panel(con, hero, "optim/learning_rate", 0, 799, markers=markers)
+    assert {(m.kind, m.step) for m in markers} == {("anomaly", SPIKE_STEP), ("event", EVENT_STEP)}
+    assert {m.kind for m in loss.markers} == {"anomaly", "event"}
+    assert {m.kind for m in lr.markers} == {"event"}       # anomalies only on their own metric
+
+
+def test_build_view_with_filter_and_overlays(watch_store):
+    view = sv.build_view(watch_store, sv.ViewParams(ref="hero", pattern=r"router/routing_entropy_mean$"))
+    assert [p.key for p in view.panels] == ["train/router/routing_entropy_mean"]
+    view = sv.build_view(watch_store, sv.ViewParams(ref="hero", xmode="fraction", overlays=True))
+    names = {o.name for o in view.panels[0].overlays}
+    assert names == {"d768", "d1024", "d1536", "d2048"}
+    ov = view.panels[0].overlays[0]
+    assert 0 <= ov.x.min() and ov.x.max() <= 1.0
+    assert view.error is None and view.full_hi == 799
+
+
+def test_plot_prints_a_chart_without_textual(watch_store, cli, monkeypatch):
+    import sys
+
+    code, out, err = cli("--db", str(watch_store.path), "plot", "train/loss", "--width", "80", "--height", "16")
+    assert code == 0, err
+    assert "train/loss — hero" in out and "\x1b[" not in out
+    assert len(out.splitlines()) >= 14
+    assert "⠀" in out or any(ch in out for ch in "⡇⠑⢄⣀")      # braille curve
+    code, out, err = cli("--db", str(watch_store.path), "plot", "train/los")
+    assert code == 2 and "did you mean train/loss" in err
+
+
+def test_plot_process_does_not_import_textual(watch_store, tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom marinctl.cli import main\n"
+            f"try:\n    main(['--db', {str(watch_store.path)!r}, 'plot', 'train/loss', '--width', '60'])\n"
+            "except SystemExit:\n    pass\n"
+            "print('TEXTUAL', sorted(m for m in sys.modules if m.startswith('textual')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "TEXTUAL []"
