@@ -128,7 +128,10 @@ def scan(buf, base: int, *, keep: frozenset[int] = KEEP, limit: int | None = Non
     parts: list | None = None  # chunks of a FIRST..LAST record in progress
     rec_start = 0
     resync = False             # after corruption: skip MIDDLE/LAST until FULL/FIRST
-    stop_at = None if limit is None else limit
+    stop_at = n + 1 if limit is None else limit
+    last_end = 0
+    append = records.append
+    keep_types = keep
 
     last_block = (base + n - 1) // BLOCK
 
@@ -207,7 +210,7 @@ def scan(buf, base: int, *, keep: frozenset[int] = KEEP, limit: int | None = Non
                 continue
             payload = b"".join(parts)
             parts = None
-        out.end = base + pos
+        last_end = pos
         # inline fast path of record_type(): `num` varint, then a one-byte oneof tag
         rt = 0
         try:
@@ -222,10 +225,11 @@ def scan(buf, base: int, *, keep: frozenset[int] = KEEP, limit: int | None = Non
             pass
         if rt == 0 or rt in _NOT_TYPE:
             rt = record_type(payload)
-        if rt in keep:
-            records.append((out.end, rt, payload))
-        if stop_at is not None and pos >= stop_at:
+        if rt in keep_types:
+            append((base + pos, rt, payload))
+        if pos >= stop_at:
             break
+    out.end = base + last_end
     if out.skip_to is None and parts is None and not out.partial and resync:
         # corrupt data ran to the end of what we have: nothing complete to wait for
         out.end = max(out.end, base + min(pos, n))
@@ -321,6 +325,44 @@ def _varint_bytes(n: int) -> bytes:
 
 
 _SHORT = [_varint_bytes(n) for n in range(16384)]
+# Record{history{item{nested_key:"\0", value_json:"0"}}}: marks record boundaries in a merged parse
+_SENTINEL_KEY = "\x00"
+_SENTINEL = b"\x12\x09\x0a\x07\x12\x01\x00\x82\x01\x01\x30"
+
+
+def _decode_with_sentinels(payloads: list, RecCols):
+    """One C parse of every record, with a sentinel item between records to split rows.
+
+    Each record's step is its `_step` item (wandb-core writes one per history record);
+    returns None when the layout is not the plain 0.31 one, so the caller falls back.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    merged = RecCols()
+    merged.ParseFromString(_SENTINEL.join(payloads) + _SENTINEL)
+    it = merged.history.item
+    if len(it.nested_key) != len(it.value_json) or len(it.key) or len(it.number) or len(it.integer) \
+            or len(it.text) or len(it.boolean) or len(it.json) or len(it.none):
+        return None
+    keys = pa.array(it.nested_key[:], pa.binary()).cast(pa.string())
+    values, bad = _floats(it.value_json[:])
+    ends = np.flatnonzero(pc.equal(keys, _SENTINEL_KEY).to_numpy(zero_copy_only=False))
+    step_at = np.flatnonzero(pc.equal(keys, "_step").to_numpy(zero_copy_only=False))
+    n = len(payloads)
+    if len(ends) != n or len(step_at) != n or (bad is not None and bad[step_at].any()):
+        return None
+    seg = np.searchsorted(ends, step_at)
+    if not np.array_equal(seg, np.arange(n)):
+        return None   # a record without its own `_step`
+    row_steps = values[step_at].astype(np.int64)
+    counts = np.diff(np.concatenate(([-1], ends)))
+    step_arr = np.repeat(row_steps, counts)
+    sentinel = np.zeros(len(values), bool)
+    sentinel[ends] = True
+    bad = sentinel if bad is None else (bad | sentinel)
+    return _finish(step_arr, keys, values, row_steps.tolist(), bad)
 
 
 @dataclass
@@ -346,6 +388,9 @@ def decode_history(payloads: list) -> HistoryColumns:
     if not payloads:
         return HistoryColumns(np.empty(0, np.int64), pa.array([], pa.string()), np.empty(0, np.float64), [], {})
     RecCols, Batch = _columns()
+    fast = _decode_with_sentinels(payloads, RecCols)
+    if fast is not None:
+        return fast
     pieces = []
     for p in payloads:
         ln = len(p)
