@@ -102,11 +102,13 @@ class SynthRun:
         return f"{self.entity}/{self.project}/{self.run_id}"
 
     def steps(self) -> np.ndarray:
-        """Every step this run itself logged (not inherited fork rows), ascending."""
-        arrays = [s for s, _ in self.series.values()]
-        if not arrays:
-            return np.empty(0, np.int64)
-        return np.unique(np.concatenate(arrays))
+        """Every step this run itself logged (not inherited fork rows), ascending (cached per version)."""
+        cached = self.__dict__.get("_steps_cache")
+        if cached is not None and cached[0] == self.version:
+            return cached[1]
+        out = union_steps([s for s, _ in self.series.values()])
+        self.__dict__["_steps_cache"] = (self.version, out)
+        return out
 
     @property
     def last_step(self) -> int | None:
@@ -135,10 +137,15 @@ class SynthRun:
     def window(self, lo: int, hi: int) -> dict[str, Series]:
         """Each key's (steps, values) restricted to [lo, hi) (views, no copies)."""
         res = {}
+        shared: dict[int, tuple[int, int, np.ndarray]] = {}  # keys sharing a steps array share its view
         for key, (steps, values) in self.series.items():
-            i, j = np.searchsorted(steps, [lo, hi], "left")
+            hit = shared.get(id(steps))
+            if hit is None:
+                i, j = np.searchsorted(steps, [lo, hi], "left")
+                hit = shared[id(steps)] = (int(i), int(j), steps[i:j])
+            i, j, view = hit
             if i < j:
-                res[key] = (steps[i:j], values[i:j])
+                res[key] = (view, values[i:j])
         return res
 
     def long_rows(self) -> list[tuple[int, str, float]]:
@@ -220,6 +227,16 @@ class SynthRun:
         last_t = self.series.get("_timestamp")
         if last_t is not None and len(last_t[0]):
             self.heartbeat_at = datetime.fromtimestamp(float(last_t[1][-1]), timezone.utc).replace(microsecond=0)
+
+
+def union_steps(arrays: list[np.ndarray]) -> np.ndarray:
+    """Sorted union of step arrays; keys generated together share one array, so dedupe by identity first."""
+    distinct = list({id(a): a for a in arrays if len(a)}.values())
+    if not distinct:
+        return np.empty(0, np.int64)
+    if len(distinct) == 1:
+        return distinct[0]
+    return np.unique(np.concatenate(distinct))
 
 
 # --- generation --------------------------------------------------------------------------

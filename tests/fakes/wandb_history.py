@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .synth import Series, SynthRun
+from .synth import Series, SynthRun, union_steps
 
 Segment = tuple[SynthRun, int | None, int | None]  # run, lo inclusive, hi exclusive
 
@@ -40,6 +40,7 @@ class HistoryView:
         self._cache: OrderedDict[tuple, list[str]] = OrderedDict()
         self._cache_size = cache_windows
         self._lock = threading.Lock()
+        self._facts: dict[tuple, Any] = {}
 
     # --- structure ---------------------------------------------------------------------
     def segments(self, run: SynthRun) -> list[Segment]:
@@ -69,15 +70,19 @@ class HistoryView:
             for key, ser in seg_run.window(a, b).items():
                 parts.setdefault(key, []).append(ser)
         merged = {}
+        joined: dict[tuple, np.ndarray] = {}  # keep shared step arrays shared after concatenation
         for key, ps in parts.items():
-            merged[key] = ps[0] if len(ps) == 1 else (np.concatenate([p[0] for p in ps]), np.concatenate([p[1] for p in ps]))
+            if len(ps) == 1:
+                merged[key] = ps[0]
+                continue
+            ids = tuple(id(p[0]) for p in ps)
+            if ids not in joined:
+                joined[ids] = np.concatenate([p[0] for p in ps])
+            merged[key] = (joined[ids], np.concatenate([p[1] for p in ps]))
         return merged
 
     def steps(self, run: SynthRun, lo: int | None = None, hi: int | None = None) -> np.ndarray:
-        w = self.window(run, lo, hi)
-        if not w:
-            return np.empty(0, np.int64)
-        return np.unique(np.concatenate([s for s, _ in w.values()]))
+        return union_steps([s for s, _ in self.window(run, lo, hi).values()])
 
     def last_step(self, run: SynthRun) -> int:
         ends = []
@@ -92,16 +97,24 @@ class HistoryView:
         return max(ends) if ends else -1
 
     def line_count(self, run: SynthRun) -> int:
-        return len(self.steps(run))
+        return self._memo("lines", run, lambda: len(self.steps(run)))
+
+    def _memo(self, what: str, run: SynthRun, compute):
+        """Whole-run facts (line count, historyKeys) cached per data version."""
+        ck = (what, run.run_id, self.version(run))
+        hit = self._facts.get(ck)
+        if hit is None:
+            hit = self._facts[ck] = compute()
+        return hit
 
     # --- rows --------------------------------------------------------------------------
     def rows(self, run: SynthRun, lo: int | None = None, hi: int | None = None,
              keys: list[str] | None = None) -> list[dict[str, Any]]:
         """Row dicts (`_step` first) for served steps in [lo, hi); only `keys` when given."""
         w = self.window(run, lo, hi)
-        if not w:
+        all_steps = union_steps([s for s, _ in w.values()])
+        if not len(all_steps):
             return []
-        all_steps = np.unique(np.concatenate([s for s, _ in w.values()]))
         if keys is not None:
             w = {k: v for k, v in w.items() if k in keys}
         out = [{"_step": s} for s in all_steps.tolist()]
@@ -148,6 +161,9 @@ class HistoryView:
 
     def keys_info(self, run: SynthRun) -> dict[str, Any]:
         """`historyKeys`: lastStep plus per-key type counts and last value."""
+        return self._memo("keys", run, lambda: self._keys_info(run))
+
+    def _keys_info(self, run: SynthRun) -> dict[str, Any]:
         keys = {}
         for key, (st, vals) in self.window(run).items():
             keys[key] = {"typeCounts": [{"type": "number", "count": int(len(st))}],
@@ -168,7 +184,7 @@ class HistoryView:
         while lo < until:
             hi = min(lo + steps_per_file, until)
             w = self.window(run, lo, hi)
-            st = np.unique(np.concatenate([s for s, _ in w.values()])) if w else np.empty(0, np.int64)
+            st = union_steps([s for s, _ in w.values()])
             if len(st):
                 cols = {"_step": pa.array(st, pa.int64())}
                 for key in keys:

@@ -5,16 +5,37 @@
         ...
         server.stats["HistoryPage"]   # requests per GraphQL operation name
 
-Built on graphql-core with an SDL schema (SCHEMA below), so fragments, aliases and
-variables behave as on the real server. What the wandb 0.31 SDK sends (found by running it
-against this server; unknown fields are recorded in `server.unknown` and printed to stderr):
+Built on graphql-core with an SDL schema (SCHEMA_SDL below), so fragments, aliases and
+variables behave as on the real server.
 
-- `wandb.Api(api_key=..., overrides={"base_url": url})` accepts a plain `http://127.0.0.1:PORT`
-  base URL. The Python side and the spawned `wandb-core` both send GraphQL to `{url}/graphql`
-  with `Authorization: Basic base64("api:KEY")`. NOTES_FROM_RUNS
-- History (`run.scan_history()`) goes through wandb-core: `RunHistoryKeys` (lastStep), then
-  `RunParquetHistory(liveKeys: ["_step"])`, plain GETs of the parquet URLs, then `HistoryPage`
-  windows `[minStep, maxStep)` for steps not in the export (liveData).
+What the wandb 0.31 SDK sends (found by running it against this server; queries the schema
+cannot answer are recorded in `server.unknown` and printed to stderr, the last text of each
+operation is kept in `server.queries`):
+
+- `wandb.Api(api_key="x"*40, overrides={"base_url": url})` accepts a plain
+  `http://127.0.0.1:PORT` base URL and needs no special headers. `Api()` itself sends
+  `query Viewer { viewer { id entity username email flags teams { edges { node { name } } } } }`;
+  `api.runs("e/p")` then sends `GetDefaultEntity { viewer { id entity } }` even with an explicit
+  entity, and `Runs` (LightweightRunFragment, `$perPage` default 50, order `+created_at`).
+  Touching `.config`/`.summary` sends `Run` with RunFragment (config systemMetrics
+  summaryMetrics historyKeys ...). The key is sent as `Authorization: Basic base64("api:KEY")`.
+- All of it goes through the spawned `wandb-core`; `wandb.teardown()` stops it.
+- The SDK paginator stops at a runs page with no edges even when `hasNextPage` is true.
+- `run.scan_history()`: `RunHistoryKeys` (lastStep), `RunParquetHistory(liveKeys: ["_step"])`
+  (liveData must be a list of JSON objects; min `_step` marks the live boundary), a plain GET
+  of each parquet URL into `$WANDB_CACHE_DIR/<entity>_<project>_<run>_<i>.runhistory.parquet`
+  (reused when `use_cache=True`; the HTTP status is not checked, so a failed download caches an
+  empty file that breaks later scans), then `HistoryPage` windows `[minStep, maxStep)` of
+  `page_size` for windows reaching the live boundary. It appends the whole live window even
+  where parquet already covered it, so steps between the window start and the boundary come
+  back twice. Parquet rows carry None for keys not logged at that step; live rows omit them.
+- `scan_history(keys=[...])` reads the parquet remotely with HTTP Range requests and, for the
+  live part, sends `SampledHistoryPage` with spec `{"keys": [..., "_step"], "minStep": 0,
+  "maxStep": lastStep, "samples": n}` over the whole range (duplicates again), and returns
+  every parquet row (None where the key is missing), not only rows holding the keys.
+- `run.history(samples=N)` sends `RunFullHistory { history(samples:) }` (JSON strings);
+  with `keys=` it sends `RunSampledHistory { sampledHistory(specs:) }` (objects);
+  `stream="system"` asks for `events(samples:)`.
 
 Conventions: times are ISO 8601 UTC with `Z`; `config` is a JSONString of
 `{key: {"value": v, "desc": null}}` plus `_wandb`; `summaryMetrics`/`systemMetrics` are
@@ -634,6 +655,7 @@ class WandbServer:
         self.stats: Counter[str] = Counter()
         self.requests: list[tuple[str, dict]] = []   # (operation, variables) in arrival order
         self.unknown: list[str] = []                 # validation errors: fields the schema lacks
+        self.queries: dict[str, str] = {}            # operation name -> last query text seen
         self.auth_requests = 0
         self.verbose = verbose
         self._port = port
@@ -779,6 +801,7 @@ class WandbServer:
         with self._lock:
             op_index = sum(self.stats[o] for o in (self.faults.ops or ()))
             self.stats[op] += 1
+            self.queries[op] = query
             self.requests.append((op, body.get("variables") or {}))
             self.auth_requests += int(auth)
         mode = self.faults.http_fault(index, op, op_index)
