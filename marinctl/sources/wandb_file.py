@@ -346,7 +346,7 @@ def _decode_with_sentinels(payloads: list, RecCols):
     if len(it.nested_key) != len(it.value_json) or len(it.key) or len(it.number) or len(it.integer) \
             or len(it.text) or len(it.boolean) or len(it.json) or len(it.none):
         return None
-    keys = pa.array(it.nested_key[:], pa.binary()).cast(pa.string())
+    keys = _strings(it.nested_key[:])
     values, bad = _floats(it.value_json[:])
     ends = np.flatnonzero(pc.equal(keys, _SENTINEL_KEY).to_numpy(zero_copy_only=False))
     step_at = np.flatnonzero(pc.equal(keys, "_step").to_numpy(zero_copy_only=False))
@@ -408,9 +408,19 @@ def decode_history(payloads: list) -> HistoryColumns:
             or len(it.json) or len(it.none)):
         step_arr = np.repeat(np.asarray(steps, np.int64), counts)
         values, bad = _floats(it.value_json[:])
-        keys = pa.array(it.nested_key[:], pa.binary()).cast(pa.string())
+        keys = _strings(it.nested_key[:])
         return _finish(step_arr, keys, values, steps, bad)
     return _decode_slow(payloads)
+
+
+def _strings(raw: list[bytes]):
+    """UTF-8 bytes to an Arrow string array (validated in C); invalid bytes are replaced."""
+    import pyarrow as pa
+
+    try:
+        return pa.array(raw, pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.array([b.decode("utf-8", "replace") for b in raw], pa.string())
 
 
 def _floats(vals_b: list[bytes]):
@@ -422,9 +432,9 @@ def _floats(vals_b: list[bytes]):
     import pyarrow as pa
 
     try:
-        arr = pa.array(vals_b, pa.binary()).cast(pa.string()).cast(pa.float64())
+        arr = pa.array(vals_b, pa.string()).cast(pa.float64())
         return arr.to_numpy(zero_copy_only=False), None
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         pass
     from marinctl.store.metrics import as_float
 

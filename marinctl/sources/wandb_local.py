@@ -36,7 +36,7 @@ from marinctl.store import Store
 SCOPE = "wandb_file"
 STALE_AFTER = 120.0
 CRASH_AFTER = 600.0
-WINDOW_BYTES = 16 << 20
+WINDOW_BYTES = 32 << 20
 Progress = Callable[[str, int, int], None]
 
 
@@ -180,6 +180,7 @@ class FileSync:
         self.path = Path(path)
         self.name = str(self.path.resolve())
         self.warned: set[str] = set()
+        self._docs: tuple | None = None   # (run uid, config, summary) as last written, within one read
 
     def warn(self, what: str, message: str) -> None:
         if what in self.warned:
@@ -206,6 +207,7 @@ class FileSync:
                      and st.st_mtime_ns == state.extra.get("mtime_ns"))
         if unchanged:
             return self._refresh_state(state, st.st_mtime, now)
+        self._docs = None   # re-read the run's config/summary from the store on each new read
         return self._read(state, token, st, now, progress)
 
     # .. unchanged file: only the liveness clock moves
@@ -327,13 +329,17 @@ class FileSync:
 
         cols = wf.decode_history(hist) if hist else None
         meta = extra.get("meta", {})
-        with self.store.connect() as con:
-            if extra.get("run_uid"):
-                row = con.execute("SELECT config, summary FROM runs WHERE uid = ?", [extra["run_uid"]]).fetchone()
-            else:
-                row = None
-        config = _json(row[0]) if row else {}
-        summary = _json(row[1]) if row else {}
+        uid = extra.get("run_uid")
+        if self._docs is not None and self._docs[0] == uid:
+            config, summary = self._docs[1], self._docs[2]
+        else:
+            row = None
+            if uid:
+                with self.store.connect() as con:
+                    row = con.execute("SELECT config, summary FROM runs WHERE uid = ?", [uid]).fetchall()
+                    row = row[0] if row else None
+            config = _json(row[0]) if row else {}
+            summary = _json(row[1]) if row else {}
 
         for _, payload in runs:
             r = wf.parse_record(payload).run
@@ -368,6 +374,7 @@ class FileSync:
                 return 0
         run_info = _run_info(meta, config, summary, self.path, extra, st, now)
         extra["run_id"], extra["run_uid"] = run_info.run_id, run_info.uid
+        self._docs = (run_info.uid, config, summary)   # what the runs row holds after this commit
 
         # console lines, stamped with the last history step seen before them
         events = []
