@@ -15,9 +15,14 @@ Invariants tests rely on:
 - A fork child's own series hold only steps > fork_step; a W&B server serves the parent's
   rows <= fork_step as part of the child's history (that is how W&B forks read).
 
-Memory: dense keys of one run share one int64 steps array; each key costs 8 bytes per logged
-step. Hero scale (400k steps, ~150 dense keys, ~600 watch keys every 10 steps) is about
-150*400k*8 + 600*40k*8 ≈ 0.67 GB and takes a few seconds to generate.
+Memory: dense keys of one run share one int64 steps array (so do the watch keys); each key
+costs 8 bytes per logged step. Hero scale (`marin_run(..., steps=400_000, layers=27,
+extra_scalar_keys=120)`: 164 dense keys, 598 watch keys every 10 steps, 89.6M values) holds
+about 0.7 GB of arrays, peaks near 1 GB RSS and takes ~4 s to generate on 2 cores.
+
+Mutating helpers (`set_values`, `truncate`, `extend`, `rewrite_from`) bump `version`; a fake
+server picks the change up on its next request. Mutate between requests (or through
+`WandbServer.truncate/regrow`), not while a client is mid-scan.
 """
 
 from __future__ import annotations
