@@ -381,6 +381,38 @@ def test_typed_values_and_key_forms_decode(store, tmp_path):
     assert (0, "text") not in got and (0, "blob") not in got
 
 
+def test_state_follows_leet_liveness(store, tmp_path):
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    r = pb.Record(num=1)
+    r.run.run_id = "alive1"
+    f = tmp_path / "run-alive1.wandb"
+    _write_log(f, [r.SerializeToString()])
+    now = time.time()
+
+    def state():
+        with store.connect() as con:
+            return con.execute("SELECT state FROM runs WHERE run_id = 'alive1'").fetchall()[0][0]
+
+    wl.sync_path(store, f)
+    assert state() == "running"
+    os.utime(f, (now - 3 * 60, now - 3 * 60))
+    wl.sync_path(store, f)
+    assert state() == "stale"
+    os.utime(f, (now - 11 * 60, now - 11 * 60))
+    wl.sync_path(store, f)
+    assert state() == "crashed"
+    assert wl.state_for(1, now, now) == "failed" and wl.state_for(0, 0, now) == "finished"
+
+
+def test_fresh_header_only_file_says_wait(store, tmp_path):
+    f = tmp_path / "run-new.wandb"
+    f.write_bytes(wf.HEADER)
+    with pytest.raises(UserError, match="yet") as exc:
+        wl.sync_path(store, f)
+    assert "--follow" in exc.value.hint
+
+
 def test_console_reassembles_fragments():
     c = wl.Console()
     assert c.feed("stdout", "step 1") == []

@@ -166,6 +166,7 @@ class FileResult:
     last_step: int | None = None
     changed: bool = False
     readable: bool = False      # the file has (had) at least one valid record
+    waiting: bool = False       # a W&B log with no run record yet, written recently
 
     def as_json(self) -> dict:
         return {"run": self.run, "rows_added": self.rows_added, "first_step": self.first_step,
@@ -236,9 +237,7 @@ class FileSync:
                 head = fh.read(wf.HEADER_SIZE)
                 if not wf.has_header(head):
                     if st.st_size == 0 or (len(head) < wf.HEADER_SIZE and wf.HEADER.startswith(head)):
-                        if st.st_size == 0 and now - st.st_mtime > STALE_AFTER:
-                            self.warn("empty", "empty file, no W&B records")
-                        return FileResult(None)
+                        return FileResult(None, waiting=now - st.st_mtime < STALE_AFTER)
                     self.warn("header", "not a W&B transaction log (no :W&B header at byte 0)")
                     return FileResult(None)
                 start = wf.HEADER_SIZE
@@ -255,6 +254,7 @@ class FileSync:
         age = now - st.st_mtime
         live = extra.get("exit_code") is None and age < STALE_AFTER
         added, end, partial_at = self._scan_all(state, buf, start, st, now, progress, live)
+        waiting = extra.get("run_uid") is None and live
         if partial_at is not None and live and extra.get("exit_code") is not None:
             # the run's exit record arrived: a bad tail is corruption, not a write in flight
             off = end - start
@@ -266,7 +266,7 @@ class FileSync:
         self._finish(state, token, st, now)
         return FileResult(extra.get("run_id"), rows_added=added, first_step=extra.get("first_step"),
                           last_step=extra.get("last_step"), changed=True,
-                          readable=extra.get("run_uid") is not None)
+                          readable=extra.get("run_uid") is not None, waiting=waiting)
 
     def _scan_all(self, state, buf, base, st, now, progress, live):
         """Scan and apply window by window; returns (rows added, end offset, partial_at)."""
@@ -461,6 +461,12 @@ def _run_info(meta: dict, config: dict, summary: dict, path: Path, extra: dict, 
     from marinctl.domain import RunInfo
 
     user_config = {k: v for k, v in config.items() if not k.startswith("_wandb")}
+    if meta.get("fork_parent") is None:
+        from marinctl.sources.wandb import find_fork
+
+        fork = find_fork(user_config)   # Marin's tracker config: fork_from = "parent?_step=N"
+        if fork:
+            meta = {**meta, "fork_parent": fork[0], "fork_step": fork[1]}
     marker = user_config.get("marinctl")
     source = "repro" if isinstance(marker, dict) and marker.get("repro_of") else "local"
     created = meta.get("start_time")
@@ -565,14 +571,19 @@ def sync_path(store: Store, path, *, progress: Progress | None = None) -> list[d
     readable (not a W&B log, empty, or corrupt from the first byte).
     """
     files = _files_or_error(path)
-    results, readable = [], False
+    results, readable, waiting = [], False, False
     for f in files:
         res = FileSync(store, f).sync(progress=progress)
         readable |= res.readable
+        waiting |= res.waiting
         if res.run is not None:
             results.append(res.as_json())
     if not readable:
         what = files[0] if len(files) == 1 else path
+        if waiting:
+            raise UserError(f"nothing readable in {what} yet: the run has not flushed a complete record",
+                            "wandb flushes its log every 15 s; follow it with `marinctl sync --follow` or"
+                            " `marinctl watch`")
         raise UserError(f"nothing readable in {what}: no valid W&B records",
                         "check the path: a run-*.wandb file written by wandb >= 0.18")
     return results
@@ -595,7 +606,11 @@ def follow(store: Store, path, *, interval: float = 1.0, stop: threading.Event,
             fs = syncs.get(str(f))
             if fs is None:
                 fs = syncs[str(f)] = FileSync(store, f)
-            res = fs.sync(progress=progress)
+            try:
+                res = fs.sync(progress=progress)
+            except Exception as exc:  # noqa: BLE001 — a busy store or a vanished file: retry next poll
+                fs.warn("retry", f"sync failed, retrying every {interval:g}s ({type(exc).__name__}: {exc})")
+                continue
             if res.changed and res.run is not None:
                 changed.append(res.as_json())
         if changed and on_update is not None:
