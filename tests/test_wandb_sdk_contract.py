@@ -300,3 +300,22 @@ def test_rewind_moves_last_step_back_then_forward_with_new_values(hero):
         assert last == [210, 149, 149, 210]
         rows = history(server, root.run_id, 148, 152)
         assert rows[0]["train/loss"] == old[148] and rows[2]["train/loss"] != old[150]
+
+
+def test_command_line_server_prints_its_url_and_stops_by_itself():
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen([sys.executable, "-m", "tests.fakes.wandb_server", "--runs", "hero-small", "--seconds", "3"],
+                            cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:")
+        r = httpx.post(url + "/graphql", json={"query": '{ project(name: "marin_moe", entityName: "marin-community") { runCount } }'})
+        assert r.json()["data"]["project"]["runCount"] == 7
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
