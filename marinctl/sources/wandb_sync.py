@@ -187,9 +187,17 @@ def sync_run(
 
 
 def _sync_parquet(store, client, run, run_pk, start, remote_last, last_step, progress, total):
-    """Load exported history in step chunks, each chunk one transaction; returns (rows, next_start, last_step)."""
+    """Load exported history in bounded step batches, each batch one transaction.
+
+    Files are streamed with pyarrow (`iter_batches`), so memory stays bounded by the batch,
+    not by the export's row-group size; each wide batch is unpivoted to long rows in DuckDB.
+    Returns (rows added, next step to fetch, last step stored).
+    """
+    import pyarrow.parquet as pq
+
     ph = client.parquet_history(run.entity, run.project, run.run_id)
-    if not ph.urls:
+    live_steps = [int(r["_step"]) for r in ph.live_rows if "_step" in r]
+    if not ph.urls or (live_steps and min(live_steps) <= start):
         return 0, start, last_step
     folder = paths.subdir("parquet") / hashlib.sha1(run.uid.encode()).hexdigest()[:16]
     folder.mkdir(parents=True, exist_ok=True)
@@ -197,45 +205,89 @@ def _sync_parquet(store, client, run, run_pk, start, remote_last, last_step, pro
     for i, url in enumerate(sorted(ph.urls)):
         dest = folder / f"part-{i:04d}.parquet"
         client.download(url, dest)
-        files.append(str(dest))
-    live_steps = [int(r["_step"]) for r in ph.live_rows if "_step" in r]
-    with store.connect() as con:
-        src = f"read_parquet({files!r}, union_by_name = true)"
-        cols = con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()
-        exported_max = con.execute(f"SELECT max(_step) FROM {src}").fetchall()[0][0]
+        files.append(pq.ParquetFile(dest))
+    # partitions in step order (their URL order is not stable)
+    files.sort(key=lambda f: _min_step(f))
+    exported_max = max((_max_step_of(f) for f in files), default=None)
     if exported_max is None:
         return 0, start, last_step
     boundary = min(min(live_steps) if live_steps else exported_max + 1, exported_max + 1, remote_last + 1)
-    numeric = [c[0] for c in cols if c[0] != "_step" and _is_numeric(c[1])]
-    if not numeric or boundary <= start:
-        return 0, start, last_step
-    select = ", ".join(f'CAST("{c.replace(chr(34), chr(34) * 2)}" AS DOUBLE) AS "{c.replace(chr(34), chr(34) * 2)}"' for c in numeric)
     added = 0
-    lo = start
-    while lo < boundary:
-        hi = min(lo + PARQUET_CHUNK_STEPS, boundary)
-        rel = (
-            f"SELECT _step AS step, key, value FROM (UNPIVOT (SELECT CAST(_step AS BIGINT) AS _step, {select}"
-            f" FROM {src} WHERE _step >= {int(lo)} AND _step < {int(hi)}) ON COLUMNS(* EXCLUDE (_step))"
-            " INTO NAME key VALUE value)"
-        )
-        with store.transaction() as con:
+    done_to = start
+    try:
+        for f in files:
+            if _max_step_of(f) < start or _min_step(f) >= boundary:
+                continue
+            numeric = [fld.name for fld in f.schema_arrow if fld.name != "_step" and _is_numeric_arrow(fld.type)]
+            per_step = max(1, len(numeric))
+            batch_rows = max(500, min(PARQUET_CHUNK_STEPS, TARGET_VALUES_PER_PAGE * 10 // per_step))
+            for wide in f.iter_batches(batch_size=batch_rows, columns=["_step", *numeric]):
+                steps = wide.column(0)
+                lo_b, hi_b = int(steps[0].as_py()), int(steps[-1].as_py()) + 1
+                if hi_b <= start or lo_b >= boundary:
+                    continue
+                lo, hi = max(lo_b, start), min(hi_b, boundary)
+                n, top = _insert_wide(store, run, run_pk, wide, numeric, lo, hi, last_step)
+                if top is not None:
+                    last_step = max(last_step if last_step is not None else -1, top)
+                added += n
+                done_to = hi
+                if progress:
+                    progress(run.run_id, hi - (remote_last + 1 - total), total)
+    finally:
+        for f in files:
+            f.close()
+    return added, max(done_to, boundary) if done_to >= start else start, last_step
+
+
+def _insert_wide(store, run, run_pk, wide, numeric, lo, hi, last_step):
+    """One wide parquet batch → long rows for steps [lo, hi), with the watermark, atomically."""
+    quoted = ", ".join(f'CAST("{c.replace(chr(34), chr(34) * 2)}" AS DOUBLE) AS "{c.replace(chr(34), chr(34) * 2)}"'
+                       for c in numeric)
+    with store.transaction() as con:
+        con.register("_wide", wide)
+        try:
             if last_step is not None and lo <= last_step:
                 con.execute("DELETE FROM metrics WHERE run_pk = ? AND step >= ? AND step < ?", [run_pk, lo, hi])
+            rel = (
+                f"SELECT _step AS step, key, value FROM (UNPIVOT (SELECT CAST(_step AS BIGINT) AS _step, {quoted}"
+                f" FROM _wide WHERE _step >= {int(lo)} AND _step < {int(hi)}) ON COLUMNS(* EXCLUDE (_step))"
+                " INTO NAME key VALUE value)"
+            )
             n = M.insert_from_relation(con, run_pk, rel)
-            top = con.execute("SELECT max(step) FROM metrics WHERE run_pk = ? AND step >= ? AND step < ?", [run_pk, lo, hi]).fetchall()[0][0]
-            if top is not None:
-                con.execute("UPDATE runs SET last_step = greatest(coalesce(last_step, -1), ?) WHERE run_pk = ?", [top, run_pk])
-                last_step = max(last_step if last_step is not None else -1, top)
-            _set_watermark(con, run.uid, hi)
-        added += n
-        if progress:
-            progress(run.run_id, hi - (remote_last + 1 - total), total)
-        lo = hi
-    return added, boundary, last_step
+        finally:
+            con.unregister("_wide")
+        top = con.execute("SELECT max(step) FROM metrics WHERE run_pk = ? AND step >= ? AND step < ?",
+                          [run_pk, lo, hi]).fetchall()[0][0]
+        if top is not None:
+            con.execute("UPDATE runs SET last_step = greatest(coalesce(last_step, -1), ?) WHERE run_pk = ?", [top, run_pk])
+        _set_watermark(con, run.uid, hi)
+    return n, top
 
 
-def _is_numeric(duck_type: str) -> bool:
-    t = duck_type.upper()
-    return any(t.startswith(p) for p in ("DOUBLE", "FLOAT", "REAL", "BIGINT", "INTEGER", "SMALLINT", "TINYINT",
-                                          "HUGEINT", "UBIGINT", "UINTEGER", "USMALLINT", "UTINYINT", "DECIMAL", "BOOLEAN"))
+def _min_step(f) -> int:
+    return _step_stat(f, "min")
+
+
+def _max_step_of(f) -> int:
+    return _step_stat(f, "max")
+
+
+def _step_stat(f, which: str) -> int:
+    idx = f.schema_arrow.get_field_index("_step")
+    vals = []
+    for g in range(f.metadata.num_row_groups):
+        st = f.metadata.row_group(g).column(idx).statistics
+        if st is None or not st.has_min_max:
+            import pyarrow.compute as pc
+
+            col = f.read(columns=["_step"]).column(0)
+            return int((pc.min if which == "min" else pc.max)(col).as_py())
+        vals.append(st.min if which == "min" else st.max)
+    return int(min(vals) if which == "min" else max(vals))
+
+
+def _is_numeric_arrow(t) -> bool:
+    import pyarrow.types as pt
+
+    return pt.is_integer(t) or pt.is_floating(t) or pt.is_boolean(t) or pt.is_decimal(t)
