@@ -249,17 +249,15 @@ class FileSync:
                     return FileResult(extra.get("run_id"), first_step=extra.get("first_step"),
                                       last_step=extra.get("last_step"), readable=extra.get("run_uid") is not None)
                 start = skip_to
-            fh.seek(start)
-            buf = fh.read(max(0, st.st_size - start))
-        age = now - st.st_mtime
-        live = extra.get("exit_code") is None and age < STALE_AFTER
-        added, end, partial_at = self._scan_all(state, buf, start, st, now, progress, live)
+            age = now - st.st_mtime
+            live = extra.get("exit_code") is None and age < STALE_AFTER
+            added, end, partial_at = self._scan_file(fh, state, start, st, now, progress, live)
+            if partial_at is not None and live and extra.get("exit_code") is not None:
+                # the run's exit record arrived: a bad tail is corruption, not a write in flight
+                more, end, partial_at = self._scan_file(fh, state, end, st, now, progress, False)
+                added += more
+                live = False
         waiting = extra.get("run_uid") is None and live
-        if partial_at is not None and live and extra.get("exit_code") is not None:
-            # the run's exit record arrived: a bad tail is corruption, not a write in flight
-            off = end - start
-            more, end, partial_at = self._scan_all(state, buf[off:], end, st, now, progress, False)
-            added += more
         if partial_at is not None and not live:
             self.warn("partial", f"incomplete record at byte {partial_at} (file truncated?);"
                                  " kept every complete record before it")
@@ -268,25 +266,31 @@ class FileSync:
                           last_step=extra.get("last_step"), changed=True,
                           readable=extra.get("run_uid") is not None, waiting=waiting)
 
-    def _scan_all(self, state, buf, base, st, now, progress, live):
-        """Scan and apply window by window; returns (rows added, end offset, partial_at)."""
+    def _scan_file(self, fh, state, pos, st, now, progress, live):
+        """Read, scan and apply the file window by window (bounded memory) up to the size
+        stat() saw; returns (rows added, end offset, partial_at or None)."""
         extra = state.extra
-        total, off, added = len(buf), 0, 0
-        mv = memoryview(buf)
+        size, first, added = st.st_size, pos, 0
         while True:
-            sc = wf.scan(mv[off:], base + off, limit=WINDOW_BYTES, live_tail=live)
+            fh.seek(pos)
+            buf = fh.read(max(0, min(WINDOW_BYTES, size - pos)))
+            at_eof = pos + len(buf) >= size
+            sc = wf.scan(buf, pos, live_tail=live and at_eof)
             if sc.corrupt_at is not None:
                 self.warn("corrupt", f"{sc.corrupt_reason} at byte {sc.corrupt_at}; skipped to the next"
                                      " 32 KiB block and kept every valid record")
             added += self._apply(state, sc, st, now)
-            progressed = sc.end - base - off
-            off = sc.end - base
-            if sc.skip_to is not None:
-                extra["skip_to"] = sc.skip_to
             if progress and extra.get("run_id"):
-                progress(extra["run_id"], off, total)
-            if off >= total or sc.partial or sc.skip_to is not None or progressed <= 0:
+                progress(extra["run_id"], sc.end - first, size - first)
+            if sc.skip_to is not None:
+                if sc.skip_to < size:
+                    pos = sc.skip_to          # corruption in a middle window: carry on past it
+                    continue
+                extra["skip_to"] = sc.skip_to
+                return added, sc.end, None
+            if at_eof or sc.end <= pos:
                 return added, sc.end, sc.partial_at if sc.partial else None
+            pos = sc.end                      # the window cut a record: the next read resumes there
 
     def _finish(self, state: FileState, token: str, st: os.stat_result, now: float) -> None:
         extra = state.extra
@@ -494,11 +498,11 @@ def _write_history(con, M, run_pk: int, cols: wf.HistoryColumns) -> int:
         # keep stored rows of these steps that the new records do not override
         con.register("_new", batch)
         try:
-            old = con.execute(
+            old = con.sql(
                 "SELECT m.step, k.key, m.value FROM metrics m JOIN metric_keys k USING (key_id)"
-                " WHERE m.run_pk = ? AND m.step >= ? AND m.step < ?"
+                " WHERE m.run_pk = $1 AND m.step >= $2 AND m.step < $3"
                 " AND NOT EXISTS (SELECT 1 FROM _new n WHERE n.step = m.step AND n.key = k.key)",
-                [run_pk, lo, hi]).fetch_arrow_table()
+                params=[run_pk, lo, hi]).to_arrow_table()
         finally:
             con.unregister("_new")
         if old.num_rows:
