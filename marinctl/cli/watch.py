@@ -74,7 +74,7 @@ def plot(
                 f"no metric {key!r} stored for {target.name}" + (f" (did you mean {', '.join(close)}?)" if close else ""),
                 "list stored keys with `marinctl sql \"SELECT key FROM metric_keys ORDER BY 1\"`",
             )
-        lo, hi = M.step_range(con, target.segments)
+        lo, hi = sv.key_step_range(con, target, [key])
         axis = sv.axis_for(con, target, x_axis, int(lo), int(hi))
         markers = sv.markers_for(con, target, int(lo), int(hi))
         panel = sv.load_panel(con, target, key, int(lo), int(hi), buckets=max(50, 2 * cols), smoothing=smoothing,
