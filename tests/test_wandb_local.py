@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import struct
 import subprocess
 import sys
@@ -301,7 +300,7 @@ def test_truncated_file_keeps_every_complete_record(store, written, tmp_path, ca
     assert steps == list(range(0, res["last_step"] + 1)) and res["last_step"] > 10
     want = expected_rows(rows)
     assert all(_same(v, want[k]) for k, v in got.items() if not k[1].startswith("_"))
-    # re-running does not warn again about the same bytes... it does (new process), but adds nothing
+    # a second sync of the unchanged file adds nothing
     assert wl.sync_path(store, bad)[0]["rows_added"] == 0
 
 

@@ -370,12 +370,8 @@ class FileSync:
             extra["exit_code"] = wf.parse_record(payload).exit.exit_code
         if meta:
             extra["meta"] = meta
-        if not meta or not meta.get("run_id"):
-            # no run record yet: nothing can be attributed; wait (position stays put)
-            if not recs:
-                return 0
-            if not extra.get("run_uid"):
-                return 0
+        if not meta.get("run_id"):
+            return 0   # no run record yet: nothing can be attributed; the position stays put
         run_info = _run_info(meta, config, summary, self.path, extra, st, now)
         extra["run_id"], extra["run_uid"] = run_info.run_id, run_info.uid
         self._docs = (run_info.uid, config, summary)   # what the runs row holds after this commit
