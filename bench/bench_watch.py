@@ -110,8 +110,9 @@ def timeit(fn, n: int = 5) -> list[float]:
 def append_steps(store: Store, first: int, count: int) -> None:
     """A live sync's worth of new rows for the leaf (only appends)."""
     with store.transaction() as con:
-        con.execute(f"INSERT INTO metrics SELECT 3, k.key_id, s, 1.2 + random() * 0.01 FROM range({first}, {first + count}) a(s),"
-                    f" metric_keys k WHERE k.key IN ({','.join('?' * len(NAMED))}) ORDER BY k.key_id, s", NAMED)
+        parts = [f"SELECT 3 AS run_pk, (SELECT key_id FROM metric_keys WHERE key = '{key}') AS key_id, s AS step,"
+                 f" {value_sql(key, k)} AS value FROM range({first}, {first + count}) a(s)" for k, key in enumerate(NAMED)]
+        con.execute(f"INSERT INTO metrics SELECT * FROM ({' UNION ALL '.join(parts)}) ORDER BY key_id, step")
         con.execute("UPDATE runs SET last_step = ? WHERE run_pk = 3", [first + count - 1])
 
 
@@ -160,18 +161,53 @@ async def run_app(store: Store, refreshes: int, last_step: int) -> dict:
     return out
 
 
+def add_markers(store: Store) -> None:
+    """SYNTHETIC markers for the capture: an anomaly on the injected loss spike, a fork event."""
+    with store.transaction() as con:
+        if not con.execute("SELECT count(*) FROM anomalies").fetchall()[0][0]:
+            con.execute("INSERT INTO anomalies (run_pk, step, metric, kind, score, cause_class)"
+                        " VALUES (3, 199982, 'train/loss', 'spike', 9.1, 'data_batch')")
+        con.execute("INSERT OR REPLACE INTO events (event_id, source, kind, time, title, run_uid, step) VALUES"
+                    " ('synthetic:fork81k', 'github', 'comment', now(), 'forked hero-ragged_a2a-ep-step81k (synthetic)',"
+                    " 'marin-community/marin_moe/hero-ragged_a2a-ep-step81k', 81000)")
+
+
+async def capture(store: Store, path: Path, size: tuple[int, int]) -> None:
+    """Write the screen as plain text (for the README), cursor on the first marker."""
+    from marinctl.tui.app import WatchApp
+    from marinctl.tui.capture import screen_text
+
+    app = WatchApp("hero", 3600, store=store, autosync=False)
+    async with app.run_test(size=size) as pilot:
+        for keys in ((), ("home", "n", "n")):
+            await pilot.press(*keys)
+            for _ in range(400):
+                await pilot.pause(0.05)
+                if app.view is not None and not any(w.is_running for w in app.workers):
+                    break
+            await pilot.pause(0.3)
+        path.write_text(screen_text(app))
+    print(f"wrote {path}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=390_251)
+    ap.add_argument("--steps", type=int, default=389_000,
+                    help="history length (default: a hero near its end, leaving room for the simulated live appends)")
     ap.add_argument("--db", type=Path, default=Path("/tmp/bench_watch.duckdb"))
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--refreshes", type=int, default=8)
+    ap.add_argument("--capture", type=Path, help="write a text capture of the screen here and exit")
     args = ap.parse_args()
     if args.rebuild or not args.db.exists():
         t0 = time.perf_counter()
         build(args.db, args.steps)
         print(f"build: {time.perf_counter() - t0:.1f} s")
     store = Store(args.db)
+    if args.capture:
+        add_markers(store)
+        asyncio.run(capture(store, args.capture, (140, 44)))
+        return
     with store.connect() as con:
         last = con.execute("SELECT max(step) FROM metrics").fetchall()[0][0]
         rows = con.execute("SELECT count(*) FROM metrics").fetchall()[0][0]

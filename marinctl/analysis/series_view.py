@@ -418,9 +418,9 @@ class HeaderStats:
             step += f" / {self.total_steps:,} ({(self.step or 0) / self.total_steps:.1%})"
         flops = "—"
         if self.flops is not None:
-            flops = ("≈" if self.flops_estimated else "") + f"{self.flops:.2e}"
+            flops = ("≈" if self.flops_estimated else "") + sci(self.flops)
             if self.flops_budget:
-                flops += f" / {self.flops_budget:.1e} ({self.flops / self.flops_budget:.1%})"
+                flops += f" of {sci(self.flops_budget)} ({self.flops / self.flops_budget:.1%})"
         return [
             ("run", self.run), ("state", f"{self.liveness}" + (f" ({self.state})" if self.state and self.state != self.liveness else "")),
             ("step", step), ("tokens", human(self.tokens)), ("FLOPs", flops),
@@ -579,6 +579,12 @@ def human(x: float | None) -> str:
     return f"{x:.3g}"
 
 
+def sci(x: float) -> str:
+    """2.7e24 style: compact scientific notation."""
+    mant, exp = f"{x:.2e}".split("e")
+    return f"{mant.rstrip('0').rstrip('.')}e{int(exp)}"
+
+
 def duration(seconds: float | None) -> str:
     if seconds is None or not math.isfinite(seconds):
         return "—"
@@ -645,7 +651,35 @@ def paint(fig, panel: PanelData, *, width: int, height: int, logy: bool = False,
         fig.vline(float(ax.x([cursor_step])[0]), **kw((240, 240, 240)))
     if logy:
         fig.yscale("log")
+    if x:
+        lo_x, hi_x = float(min(x)), float(max(x))
+        ticks = nice_ticks(lo_x, hi_x, max(2, width // 16))
+        if ticks:
+            fig.xticks(ticks, [tick_label(t, ax.mode) for t in ticks])
     fig.xlabel(panel.axis_label)
+
+
+def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    """Round tick positions (1, 2, 5 × 10^k apart) inside [lo, hi]."""
+    span = hi - lo
+    if not (math.isfinite(span) and span > 0):
+        return []
+    raw = span / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if raw <= m * mag)
+    first = math.ceil(lo / step) * step
+    return [first + i * step for i in range(int((hi - first) / step + 1e-9) + 1)]
+
+
+def tick_label(v: float, mode: str) -> str:
+    if mode == "fraction":
+        return f"{v:.3g}"
+    if mode == "wall":
+        return f"{v:g}h"
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(v) >= scale:
+            return f"{v / scale:.3g}{unit}"
+    return f"{v:.4g}"
 
 
 # --- explain panel text ----------------------------------------------------------------------

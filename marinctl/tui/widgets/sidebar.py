@@ -26,9 +26,9 @@ class RunsSidebar(OptionList):
             glyph, color = _DOT.get(e.liveness, ("·", "dim"))
             label = Text()
             label.append(f"{glyph} ", style=color)
-            label.append(fit(inert(e.label, single_line=True), 22), style="bold" if e.kind == "hero" else "")
-            if e.last_step is not None:
-                label.append(f"  {e.last_step:,}", style="dim")
+            step = f" {e.last_step:,}" if e.last_step is not None else ""
+            label.append(fit(inert(e.label, single_line=True), 28 - len(step)), style="bold" if e.kind == "hero" else "")
+            label.append(step, style="dim")
             self.add_option(Option(label, id=e.ref))
         refs = [e.ref for e in entries]
         if current in refs:

@@ -45,7 +45,7 @@ class StatusHeader(Static):
         else:
             cells = self.stats.cells()
             for i, (label, value) in enumerate(cells):
-                line = lines[0] if i < 5 else lines[1]
+                line = lines[0] if i < 4 else lines[1]
                 if line.plain:
                     line.append("  ")
                 line.append(f"{label} ", style="dim")
