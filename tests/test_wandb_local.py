@@ -322,7 +322,8 @@ def test_nothing_readable_is_a_user_error(store, tmp_path, content):
     _old(bad)
     with pytest.raises(UserError) as exc:
         wl.sync_path(store, bad)
-    assert "nothing readable" in exc.value.message and exc.value.hint
+    assert ("nothing readable" in exc.value.message or "not a W&B transaction log" in exc.value.message)
+    assert exc.value.hint
 
 
 def test_missing_or_empty_targets_are_user_errors(store, tmp_path):
@@ -341,7 +342,7 @@ def test_cli_exit_codes(cli, written, tmp_path):
     bad = tmp_path / "junk.wandb"
     bad.write_bytes(b"\x00junk" * 10)
     code, out, err = cli("sync", str(bad))
-    assert code == 2 and "Traceback" not in err and "nothing readable" in err
+    assert code == 2 and "Traceback" not in err and "not a W&B transaction log" in err
 
 
 # --- decoding details -----------------------------------------------------------------------

@@ -167,6 +167,7 @@ class FileResult:
     changed: bool = False
     readable: bool = False      # the file has (had) at least one valid record
     waiting: bool = False       # a W&B log with no run record yet, written recently
+    problem: str | None = None  # why nothing at all could be read from it
 
     def as_json(self) -> dict:
         return {"run": self.run, "rows_added": self.rows_added, "first_step": self.first_step,
@@ -249,8 +250,7 @@ class FileSync:
                 if not wf.has_header(head):
                     if st.st_size == 0 or (len(head) < wf.HEADER_SIZE and wf.HEADER.startswith(head)):
                         return FileResult(None, waiting=now - st.st_mtime < STALE_AFTER)
-                    self.warn("header", "not a W&B transaction log (no :W&B header at byte 0)")
-                    return FileResult(None)
+                    return FileResult(None, problem="not a W&B transaction log (no :W&B header at byte 0)")
                 start = wf.HEADER_SIZE
             skip_to = extra.pop("skip_to", None)
             if skip_to is not None and skip_to > start:
@@ -582,15 +582,24 @@ def sync_path(store: Store, path, *, progress: Progress | None = None) -> list[d
     readable (not a W&B log, empty, or corrupt from the first byte).
     """
     files = _files_or_error(path)
-    results, readable, waiting = [], False, False
+    results, readable, waiting, problems = [], False, False, []
     for f in files:
-        res = FileSync(store, f).sync(progress=progress)
+        fs = FileSync(store, f)
+        res = fs.sync(progress=progress)
         readable |= res.readable
         waiting |= res.waiting
+        if res.problem:
+            problems.append((fs, res.problem))
         if res.run is not None:
             results.append(res.as_json())
+    if readable or len(files) > 1:
+        for fs, problem in problems:
+            fs.warn("problem", problem)
     if not readable:
         what = files[0] if len(files) == 1 else path
+        if len(files) == 1 and problems:
+            raise UserError(f"{what} is {problems[0][1]}",
+                            "pass a run-*.wandb file written by wandb >= 0.18, its run dir or a wandb/ dir")
         if waiting:
             raise UserError(f"nothing readable in {what} yet: the run has not flushed a complete record",
                             "wandb flushes its log every 15 s; follow it with `marinctl sync --follow` or"
@@ -622,6 +631,8 @@ def follow(store: Store, path, *, interval: float = 1.0, stop: threading.Event,
             except Exception as exc:  # noqa: BLE001 — a busy store or a vanished file: retry next poll
                 fs.warn("retry", f"sync failed, retrying every {interval:g}s ({type(exc).__name__}: {exc})")
                 continue
+            if res.problem:
+                fs.warn("problem", res.problem)
             if res.changed and res.run is not None:
                 changed.append(res.as_json())
         if changed and on_update is not None:
