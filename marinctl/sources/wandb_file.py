@@ -451,25 +451,22 @@ def _floats(vals_b: list[bytes]):
 
 
 def _finish(step_arr, keys, values, row_steps, bad=None):
+    """Drop `_step` and non-numeric entries; note each key's latest value (for the summary)."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    keep = pc.not_equal(keys, "_step").to_numpy(zero_copy_only=False)
-    if bad is not None:
-        keep &= ~bad
+    enc = keys.dictionary_encode()
+    names = enc.dictionary.to_pylist()
+    idx = enc.indices.to_numpy(zero_copy_only=False)
+    keep = np.ones(len(idx), bool) if bad is None else ~bad
+    if "_step" in names:
+        keep &= idx != names.index("_step")
     if not keep.all():
-        mask = pa.array(keep)
-        keys = keys.filter(mask)
-        step_arr, values = step_arr[keep], values[keep]
-    last: dict[str, float] = {}
-    if len(values):
-        enc = keys.dictionary_encode()
-        idx = enc.indices.to_numpy(zero_copy_only=False)
-        at = np.full(len(enc.dictionary), -1, np.int64)
-        at[idx] = np.arange(len(idx))  # repeated indices: the last assignment wins
-        names = enc.dictionary.to_pylist()
-        last = {names[u]: float(values[r]) for u, r in enumerate(at.tolist()) if r >= 0}
+        idx, step_arr, values = idx[keep], step_arr[keep], values[keep]
+    at = np.full(len(names), -1, np.int64)
+    at[idx] = np.arange(len(idx))  # repeated indices: the last assignment wins
+    last = {names[u]: float(values[r]) for u, r in enumerate(at.tolist()) if r >= 0}
+    keys = enc.dictionary.take(pa.array(idx, pa.int32()))
     return HistoryColumns(np.asarray(step_arr, np.int64), keys, np.asarray(values, np.float64), list(row_steps), last)
 
 
