@@ -653,7 +653,7 @@ def paint(fig, panel: PanelData, *, width: int, height: int, logy: bool = False,
         fig.yscale("log")
     if x:
         lo_x, hi_x = float(min(x)), float(max(x))
-        ticks = nice_ticks(lo_x, hi_x, max(2, width // 16))
+        ticks = nice_ticks(lo_x, hi_x, max(3, width // 11))
         if ticks:
             fig.xticks(ticks, [tick_label(t, ax.mode) for t in ticks])
     fig.xlabel(panel.axis_label)
