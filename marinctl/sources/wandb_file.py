@@ -148,7 +148,37 @@ def scan(buf, base: int, *, keep: frozenset[int] = KEEP, limit: int | None = Non
         nxt = ((base + at) // BLOCK + 1) * BLOCK - base
         return nxt
 
+    seed_full = seed[FULL]
     while True:
+        # Fast path: a whole FULL chunk with a good checksum (nearly every record).
+        if parts is None and pos + CHUNK_HEADER <= n:
+            left = BLOCK - (base + pos) % BLOCK
+            if left >= CHUNK_HEADER:
+                crc, ln, typ = unpack(buf, pos)
+                end = pos + CHUNK_HEADER + ln
+                if typ == FULL and end <= n and ln <= left - CHUNK_HEADER:
+                    payload = mv[pos + CHUNK_HEADER:end]
+                    if crc32(payload, seed_full) == crc:
+                        pos = last_end = end
+                        resync = False
+                        rt = 0
+                        try:
+                            if payload[0] == 8:
+                                i = 1
+                                while payload[i] & 0x80:
+                                    i += 1
+                                tag = payload[i + 1]
+                                if tag < 0x80 and (tag & 7) == 2:
+                                    rt = tag >> 3
+                        except IndexError:
+                            pass
+                        if rt == 0 or rt in _NOT_TYPE:
+                            rt = record_type(payload)
+                        if rt in keep_types:
+                            append((base + pos, rt, payload))
+                        if pos >= stop_at:
+                            break
+                        continue
         if pos + CHUNK_HEADER > n:
             if pos < n and (BLOCK - (base + pos) % BLOCK) >= CHUNK_HEADER:
                 out.partial, out.partial_at = True, base + (rec_start if parts is not None else pos)
