@@ -117,7 +117,7 @@ def marinctl_rows(path: Path) -> int:
     return len(cols.row_steps)
 
 
-def timed(fn, repeat: int) -> tuple[float, object]:
+def timed(fn, repeat: int) -> tuple[float, float, object]:
     samples, out = [], None
     for _ in range(repeat):
         t = time.perf_counter()
@@ -130,7 +130,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20000)
     ap.add_argument("--keys", type=int, default=32)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--cache", type=Path,
                     default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "marinctl-bench")
     args = ap.parse_args()
@@ -145,8 +145,15 @@ def main() -> None:
     wf._columns()
     warm = time.perf_counter() - t
 
-    best_n, med_n, rows_n = timed(lambda: naive_rows(path), args.repeat)
-    best_m, med_m, rows_m = timed(lambda: marinctl_rows(path), args.repeat)
+    # interleaved, so both readers see the same machine load (best of N)
+    samples_n, samples_m = [], []
+    for _ in range(args.repeat):
+        t_n, _m, rows_n = timed(lambda: naive_rows(path), 1)
+        t_m, _m, rows_m = timed(lambda: marinctl_rows(path), 1)
+        samples_n.append(t_n)
+        samples_m.append(t_m)
+    best_n, med_n = min(samples_n), statistics.median(samples_n)
+    best_m, med_m = min(samples_m), statistics.median(samples_m)
     assert rows_n == rows_m == args.steps, (rows_n, rows_m)
 
     def fresh_sync():
