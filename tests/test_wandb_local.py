@@ -51,6 +51,10 @@ WRITER = textwrap.dedent(r'''
                 print(f"step {s}: loss={row['train/loss']:.4f}")
             run.log(row, step=s)
             rows.append({"_step": s, **row})
+            if kind == "local" and s == 100:
+                run.summary["best_loss"] = 1.25          # a summary key never logged as history
+            if kind == "local" and s == 150:
+                run.config.update({"late_flag": True})   # a config record mid-run
             if sleep:
                 time.sleep(sleep)
         run.finish()
@@ -135,8 +139,9 @@ def test_mirror_equals_what_the_sdk_logged(store, written):
             "SELECT run_id, uid, source, state, name, project, config, summary, path FROM runs").fetchall()}
     uid, source, state, name, project, config, summary, path = runs[run_id]
     assert (uid, source, state, name, project) == (f"local:{run_id}", "local", "finished", "synthetic-local", "marin_moe")
-    assert json.loads(config) == {"model": {"hidden_dim": 768}, "lr": 3e-4}
+    assert json.loads(config) == {"model": {"hidden_dim": 768}, "lr": 3e-4, "late_flag": True}
     summary = json.loads(summary)
+    assert summary["best_loss"] == 1.25
     assert summary["train/loss"] == rows[-1]["train/loss"] and summary["_step"] == 299
     assert summary["params/norm/total"] == rows[290]["params/norm/total"]
     repro_id = next(r for r, v in logged.items() if v["kind"] == "repro")
