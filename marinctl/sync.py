@@ -91,12 +91,16 @@ def sync_targets(store: Store, targets: list[str], *, progress: Progress | None 
     `following` (sync --follow, watch): GitHub is polled at most every 5 minutes and a
     GitHub rate limit skips GitHub until it resets instead of ending the loop.
     """
+    import time
+
+    started = time.perf_counter()
     plans = [plan for raw in (targets or ["marin"]) for plan in parse_target(raw)]
-    report: dict[str, Any] = {"runs": [], "events_added": 0}
+    report: dict[str, Any] = {"runs": [], "events_added": 0, "timing": {"total_s": 0.0, "wandb_http_s": 0.0}}
     history_landed = False
     for plan in plans:
         if plan.kind == "wandb":
-            results = _sync_wandb(store, plan, progress=progress, detect=detect, client=client)
+            results = _sync_wandb(store, plan, progress=progress, detect=detect, client=client,
+                                  timing=report["timing"])
             report["runs"] += results
             history_landed |= any(r["rows_added"] for r in results)
         elif plan.kind == "local":
@@ -120,6 +124,8 @@ def sync_targets(store: Store, targets: list[str], *, progress: Progress | None 
                 report["events_added"] += github_sync.sync_github(store, plan.raw, progress=progress)
     if history_landed:
         _realign_events(store)
+    report["timing"]["total_s"] = round(time.perf_counter() - started, 3)
+    report["timing"]["wandb_http_s"] = round(report["timing"]["wandb_http_s"], 3)
     return report
 
 
@@ -132,7 +138,8 @@ def _realign_events(store: Store) -> None:
     realign(store)
 
 
-def _sync_wandb(store: Store, plan: Target, *, progress, detect: bool, client=None) -> list[dict[str, Any]]:
+def _sync_wandb(store: Store, plan: Target, *, progress, detect: bool, client=None,
+                timing: dict | None = None) -> list[dict[str, Any]]:
     from marinctl.sources.wandb import WandbClient
     from marinctl.sources.wandb_sync import sync_run
 
@@ -157,6 +164,8 @@ def _sync_wandb(store: Store, plan: Target, *, progress, detect: bool, client=No
                 _detect(store, [run.run_id], uid=run.uid)
         return results
     finally:
+        if timing is not None:
+            timing["wandb_http_s"] += getattr(client, "http_seconds", 0.0)
         if own:
             client.close()
 

@@ -38,13 +38,16 @@ def sync(
         parse_target(t)
     store = open_store()
     progress = _Progress(enabled=not json_out and sys.stderr.isatty())
-    total = {"runs": [], "events_added": 0}
+    total = {"runs": [], "events_added": 0, "timing": {"total_s": 0.0, "wandb_http_s": 0.0}}
     with acquire_all(store.path, targets, owner="sync"):
         while True:
             report = sync_targets(store, targets, progress=progress, following=follow)
             progress.close()
             total["runs"] += report["runs"]
             total["events_added"] += report["events_added"]
+            for k in total["timing"]:
+                total["timing"][k] = round(total["timing"][k] + report["timing"][k], 3)
+            total.setdefault("warnings", []).extend(report.get("warnings", []))
             if not follow:
                 break
             if not json_out:

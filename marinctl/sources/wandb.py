@@ -13,6 +13,7 @@ import json
 import netrc
 import os
 import re
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterator
@@ -128,6 +129,7 @@ class WandbClient:
             follow_redirects=True,
         )
         self.requests = 0
+        self.http_seconds = 0.0  # time spent waiting on the server (diagnostics, bench)
 
     def close(self) -> None:
         self._client.close()
@@ -142,10 +144,13 @@ class WandbClient:
     def _post_once(self, query: str, variables: dict[str, Any]) -> dict[str, Any]:
         self._pacer.wait()
         self.requests += 1
+        t0 = time.perf_counter()
         try:
             resp = self._client.post(f"{self.base_url}/graphql", json={"query": query, "variables": variables})
         except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
             raise Retryable(f"{type(exc).__name__} talking to {self.base_url}") from exc
+        finally:
+            self.http_seconds += time.perf_counter() - t0
         if resp.status_code == 429:
             raise Retryable("rate limited (429)", server_wait(resp.headers) or 2.0)
         if resp.status_code in (401, 403):
@@ -275,6 +280,7 @@ class WandbClient:
         """GET a parquet export (signed URL: no auth header sent to other hosts)."""
         def once() -> int:
             self._pacer.wait()
+            t0 = time.perf_counter()
             try:
                 with httpx.stream("GET", url, timeout=120.0, follow_redirects=True) as resp:
                     if resp.status_code == 429 or resp.status_code >= 500:
@@ -294,6 +300,8 @@ class WandbClient:
                     return n
             except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
                 raise Retryable(f"download: {type(exc).__name__}") from exc
+            finally:
+                self.http_seconds += time.perf_counter() - t0
 
         retrying = Retrying(retry=retry_if_exception_type(Retryable), wait=RetryWait(),
                             stop=stop_after_attempt(self._max_attempts), reraise=True)

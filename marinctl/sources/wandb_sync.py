@@ -205,7 +205,7 @@ def _sync_parquet(store, client, run, run_pk, start, remote_last, last_step, pro
     for i, url in enumerate(sorted(ph.urls)):
         dest = folder / f"part-{i:04d}.parquet"
         client.download(url, dest)
-        files.append(pq.ParquetFile(dest))
+        files.append(pq.ParquetFile(dest, pre_buffer=False, buffer_size=1 << 20))
     # partitions in step order (their URL order is not stable)
     files.sort(key=lambda f: _min_step(f))
     exported_max = max((_max_step_of(f) for f in files), default=None)
@@ -221,7 +221,7 @@ def _sync_parquet(store, client, run, run_pk, start, remote_last, last_step, pro
             numeric = [fld.name for fld in f.schema_arrow if fld.name != "_step" and _is_numeric_arrow(fld.type)]
             per_step = max(1, len(numeric))
             batch_rows = max(500, min(PARQUET_CHUNK_STEPS, TARGET_VALUES_PER_PAGE * 10 // per_step))
-            for wide in f.iter_batches(batch_size=batch_rows, columns=["_step", *numeric]):
+            for wide in f.iter_batches(batch_size=batch_rows, columns=["_step", *numeric], use_threads=False):
                 steps = wide.column(0)
                 lo_b, hi_b = int(steps[0].as_py()), int(steps[-1].as_py()) + 1
                 if hi_b <= start or lo_b >= boundary:

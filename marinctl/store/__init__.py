@@ -95,7 +95,7 @@ class Store:
         con = self._open(read_only=not write)
         if write:
             # Bound a big sync's memory: DuckDB spills sorts to disk past this (default 80% of RAM).
-            con.execute(f"SET memory_limit = '{os.environ.get('MARINCTL_DB_MEMORY', '768MB')}'")
+            con.execute(f"SET memory_limit = '{os.environ.get('MARINCTL_DB_MEMORY', '512MB')}'")
         try:
             yield con
         finally:

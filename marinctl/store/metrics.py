@@ -22,24 +22,34 @@ BATCH_SCHEMA = pa.schema([("step", pa.int64()), ("key", pa.string()), ("value", 
 
 
 def batch_from_rows(rows: Iterable[dict], step_key: str = "_step") -> pa.Table:
-    """Long batch from W&B-style row dicts; keeps numeric scalars (bools as 0/1), drops the rest."""
+    """Long batch from W&B-style row dicts; keeps numeric scalars (bools as 0/1), drops the rest.
+
+    The hot loop of a JSON-window sync, so the common types are tested inline.
+    """
     steps: list[int] = []
     keys: list[str] = []
     values: list[float] = []
+    add_s, add_k, add_v = steps.append, keys.append, values.append
     for row in rows:
         step = row.get(step_key)
         if step is None:
             continue
         step = int(step)
         for k, v in row.items():
+            t = type(v)
+            if t is float or t is int:
+                f = float(v)
+            elif t is bool or t is str:
+                f = as_float(v)
+                if f is None:
+                    continue
+            else:
+                continue
             if k == step_key:
                 continue
-            f = as_float(v)
-            if f is None:
-                continue
-            steps.append(step)
-            keys.append(k)
-            values.append(f)
+            add_s(step)
+            add_k(k)
+            add_v(f)
     return pa.table({"step": pa.array(steps, pa.int64()), "key": pa.array(keys, pa.string()),
                      "value": pa.array(values, pa.float64())})
 
