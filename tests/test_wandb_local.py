@@ -21,6 +21,7 @@ import pytest
 from marinctl.errors import UserError
 from marinctl.sources import wandb_file as wf
 from marinctl.sources import wandb_local as wl
+from marinctl.sources import wandb_local_rows as wl_rows
 
 WRITER = textwrap.dedent(r'''
     import json, math, sys, time
@@ -436,7 +437,7 @@ def test_fresh_header_only_file_says_wait(store, tmp_path):
 
 
 def test_console_reassembles_fragments():
-    c = wl.Console()
+    c = wl_rows.Console()
     assert c.feed("stdout", "step 1") == []
     assert c.feed("stdout", " done\nnext") == ["step 1 done"]
     assert c.feed("stdout", "\r 10%\r 50%\r100%\n") == ["100%"]

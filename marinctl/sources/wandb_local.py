@@ -31,6 +31,7 @@ from typing import Any, Callable
 from marinctl.errors import UserError
 from marinctl.output import info
 from marinctl.sources import wandb_file as wf
+from marinctl.sources import wandb_local_rows as rows
 from marinctl.store import Store
 
 SCOPE = "wandb_file"
@@ -125,34 +126,6 @@ def state_for(exit_code: int | None, mtime: float, now: float) -> str:
     if age >= STALE_AFTER:
         return "stale"
     return "running"
-
-
-# --- console lines --------------------------------------------------------------------------
-
-
-class Console:
-    """output_raw fragments to lines: '\\n' ends a line, a bare '\\r' rewrites it (progress bars)."""
-
-    def __init__(self, pending: dict[str, str] | None = None):
-        self.pending = dict(pending or {})
-
-    def feed(self, stream: str, text: str) -> list[str]:
-        buf = self.pending.get(stream, "") + text
-        lines = []
-        while True:
-            i = buf.find("\n")
-            if i < 0:
-                break
-            line = buf[:i]
-            buf = buf[i + 1:]
-            if line.endswith("\r"):
-                line = line[:-1]
-            lines.append(line.rsplit("\r", 1)[-1])
-        if "\r" in buf:
-            head, _, tail = buf.rpartition("\r")
-            buf = tail if tail else head.rsplit("\r", 1)[-1] + "\r"
-        self.pending[stream] = buf
-        return lines
 
 
 # --- one file -------------------------------------------------------------------------------
@@ -353,19 +326,19 @@ class FileSync:
                 with self.store.connect() as con:
                     row = con.execute("SELECT config, summary FROM runs WHERE uid = ?", [uid]).fetchall()
                     row = row[0] if row else None
-            config = _json(row[0]) if row else {}
-            summary = _json(row[1]) if row else {}
+            config = rows.json_dict(row[0]) if row else {}
+            summary = rows.json_dict(row[1]) if row else {}
 
         for _, payload in runs:
             r = wf.parse_record(payload).run
-            meta = _run_meta(r)
+            meta = rows.run_meta(r)
             cfg: dict = {}
             wf.apply_items(cfg, wf.decode_items(r.config.update))
             config = cfg | {k: v for k, v in config.items() if k not in cfg}
             wf.apply_items(summary, wf.decode_items(r.summary.update))
         for _, payload in configs:
             c = wf.parse_record(payload).config
-            wf.apply_items(config, wf.decode_items(c.update), [_path(it) for it in c.remove])
+            wf.apply_items(config, wf.decode_items(c.update), [rows.item_path(it) for it in c.remove])
         # Summary = updates in file order, with history's latest values standing in for the
         # per-log summary records we skipped (applied at the position of the last history).
         last_hist = max((i for i, (_e, rt, _p) in enumerate(recs) if rt == wf.HISTORY), default=-1)
@@ -376,21 +349,22 @@ class FileSync:
             for i, payload in summaries:
                 if (i < last_hist) == (when == "before"):
                     s = wf.parse_record(payload).summary
-                    wf.apply_items(summary, wf.decode_items(s.update), [_path(it) for it in s.remove])
+                    wf.apply_items(summary, wf.decode_items(s.update), [rows.item_path(it) for it in s.remove])
         for payload in exits:
             extra["exit_code"] = wf.parse_record(payload).exit.exit_code
         if meta:
             extra["meta"] = meta
         if not meta.get("run_id"):
             return 0   # no run record yet: nothing can be attributed; the position stays put
-        run_info = _run_info(meta, config, summary, self.path, extra, st, now)
+        run_info = rows.run_info(meta, config, summary, self.path,
+                                 state_for(extra.get("exit_code"), st.st_mtime, now), st.st_mtime)
         extra["run_id"], extra["run_uid"] = run_info.run_id, run_info.uid
         self._docs = (run_info.uid, config, summary)   # what the runs row holds after this commit
 
         # console lines, stamped with the last history step seen before them
         events = []
         if outputs:
-            console = Console(extra.get("pending"))
+            console = rows.Console(extra.get("pending"))
             n = extra.get("lines", 0)
             hist_idx = [i for i, (_e, rt, _p) in enumerate(recs) if rt == wf.HISTORY]
             row_steps = cols.row_steps if cols is not None else []
@@ -411,7 +385,7 @@ class FileSync:
         with self.store.transaction() as con:
             run_pk = upsert_run(con, run_info)
             if cols is not None and cols.num_rows:
-                added = _write_history(con, M, run_pk, cols)
+                added = rows.write_history(con, M, run_pk, cols)
                 lo, hi = int(cols.steps.min()), int(cols.steps.max())
                 first = extra.get("first_step")
                 extra["first_step"] = lo if first is None else min(first, lo)
@@ -420,7 +394,7 @@ class FileSync:
                 con.execute("UPDATE runs SET last_step = greatest(coalesce(last_step, -1), ?) WHERE run_pk = ?",
                             [hi, run_pk])
             if events:
-                _write_events(con, run_info.uid, events)
+                rows.write_events(con, run_info.uid, events)
             state.position = sc.end
             _save_state(con, self.name, state)
         return added
@@ -437,128 +411,6 @@ def _precedes_history(recs, i: int) -> bool:
         if rt != wf.SUMMARY:
             return False
     return False
-
-
-def _path(item) -> list[str]:
-    return [item.key] if item.key else list(item.nested_key)
-
-
-def _json(v) -> dict:
-    if v is None:
-        return {}
-    if isinstance(v, str):
-        try:
-            v = json.loads(v)
-        except ValueError:
-            return {}
-    return v if isinstance(v, dict) else {}
-
-
-def _run_meta(r) -> dict:
-    meta = {
-        "run_id": r.run_id, "entity": r.entity or None, "project": r.project or None,
-        "name": r.display_name or None, "group": r.run_group or None, "job_type": r.job_type or None,
-        "tags": list(r.tags), "notes": r.notes or None, "host": r.host or None,
-    }
-    if r.HasField("start_time") and r.start_time.seconds:
-        meta["start_time"] = r.start_time.seconds + r.start_time.nanos / 1e9
-    if r.HasField("branch_point") and r.branch_point.run:
-        meta["fork_parent"] = r.branch_point.run
-        meta["fork_step"] = int(r.branch_point.value)
-    return meta
-
-
-def _run_info(meta: dict, config: dict, summary: dict, path: Path, extra: dict, st, now: float):
-    from marinctl.domain import RunInfo
-
-    user_config = {k: v for k, v in config.items() if not k.startswith("_wandb")}
-    if meta.get("fork_parent") is None:
-        from marinctl.sources.wandb import find_fork
-
-        fork = find_fork(user_config)   # Marin's tracker config: fork_from = "parent?_step=N"
-        if fork:
-            meta = {**meta, "fork_parent": fork[0], "fork_step": fork[1]}
-    marker = user_config.get("marinctl")
-    source = "repro" if isinstance(marker, dict) and marker.get("repro_of") else "local"
-    created = meta.get("start_time")
-    return RunInfo(
-        source=source, run_id=meta["run_id"], entity=meta.get("entity"), project=meta.get("project"),
-        name=meta.get("name") or meta["run_id"], group=meta.get("group"), job_type=meta.get("job_type"),
-        tags=meta.get("tags") or [], state=state_for(extra.get("exit_code"), st.st_mtime, now),
-        created_at=datetime.fromtimestamp(created, timezone.utc) if created else None,
-        heartbeat_at=datetime.fromtimestamp(st.st_mtime, timezone.utc),
-        config=user_config, summary={k: v for k, v in summary.items() if k != "_wandb"},
-        fork_parent=meta.get("fork_parent"), fork_step=meta.get("fork_step"), path=str(path),
-    )
-
-
-def _write_history(con, M, run_pk: int, cols: wf.HistoryColumns) -> int:
-    """Write long rows; steps already stored (a step logged again, or a re-read) are merged."""
-    import numpy as np
-    import pyarrow as pa
-
-    lo, hi = int(cols.steps.min()), int(cols.steps.max()) + 1
-    batch = pa.table({"step": pa.array(cols.steps, pa.int64()), "key": cols.keys,
-                      "value": pa.array(cols.values, pa.float64())})
-    last = con.execute("SELECT last_step FROM runs WHERE run_pk = ?", [run_pk]).fetchall()[0][0]
-    if last is not None and lo <= last:
-        # keep stored rows of these steps that the new records do not override
-        con.register("_new", batch)
-        try:
-            old = con.sql(
-                "SELECT m.step, k.key, m.value FROM metrics m JOIN metric_keys k USING (key_id)"
-                " WHERE m.run_pk = $1 AND m.step >= $2 AND m.step < $3"
-                " AND NOT EXISTS (SELECT 1 FROM _new n WHERE n.step = m.step AND n.key = k.key)",
-                params=[run_pk, lo, hi]).to_arrow_table()
-        finally:
-            con.unregister("_new")
-        if old.num_rows:
-            batch = pa.concat_tables([old.cast(batch.schema), batch])
-        # the same step twice in one window: the later record wins per key
-        if len(np.unique(cols.row_steps)) != len(cols.row_steps):
-            batch = _dedupe(batch)
-        M.replace_range(con, run_pk, batch, lo, hi)
-        return batch.num_rows - old.num_rows
-    if len(np.unique(cols.row_steps)) != len(cols.row_steps):
-        batch = _dedupe(batch)
-    M.replace_range(con, run_pk, batch, lo, hi, existing_last_step=last)
-    return batch.num_rows
-
-
-def _dedupe(batch):
-    import pyarrow as pa
-
-    rows = {}
-    for s, k, v in zip(batch.column("step").to_pylist(), batch.column("key").to_pylist(),
-                       batch.column("value").to_pylist()):
-        rows[(s, k)] = v
-    return pa.table({"step": pa.array([s for s, _ in rows], pa.int64()),
-                     "key": pa.array([k for _, k in rows], pa.string()),
-                     "value": pa.array(list(rows.values()), pa.float64())})
-
-
-def _write_events(con, uid: str, events: list) -> None:
-    import pyarrow as pa
-
-    from marinctl.text import inert
-
-    tbl = pa.table({
-        "event_id": [e[0] for e in events],
-        "time": pa.array([datetime.fromtimestamp(e[1], timezone.utc) if e[1] else None for e in events],
-                         pa.timestamp("us", tz="UTC")),
-        "title": [inert(e[2], single_line=True)[:200] for e in events],
-        "body": [e[2] for e in events],
-        "step": pa.array([e[3] for e in events], pa.int64()),
-        "fields": [json.dumps({"stream": e[4]}) for e in events],
-    })
-    con.register("_ev", tbl)
-    try:
-        con.execute(
-            "INSERT OR REPLACE INTO events (event_id, source, kind, time, title, author, url, body, run_uid,"
-            " step, fields) SELECT event_id, 'local', 'console', time, title, NULL, NULL, body, ?, step,"
-            " CAST(fields AS JSON) FROM _ev", [uid])
-    finally:
-        con.unregister("_ev")
 
 
 # --- targets --------------------------------------------------------------------------------
