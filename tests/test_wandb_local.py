@@ -225,6 +225,29 @@ def test_unchanged_file_is_not_reread_and_resume_has_no_duplicates(store, writte
     assert first["rows_added"] + rest["rows_added"] == len(got)
 
 
+def test_sync_killed_between_windows_resumes_without_duplicates(store, written, monkeypatch):
+    run_id, rows, path = _main(written)
+    monkeypatch.setattr(wl, "WINDOW_BYTES", 30_000)
+    real_apply, calls = wl.FileSync._apply, []
+
+    def dying_apply(self, *args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt   # Ctrl-C after two committed windows
+        return real_apply(self, *args)
+
+    monkeypatch.setattr(wl.FileSync, "_apply", dying_apply)
+    with pytest.raises(KeyboardInterrupt):
+        wl.sync_path(store, path)
+    partial = stored_rows(store, run_id)
+    assert 0 < len({s for s, _ in partial}) < 300
+    monkeypatch.setattr(wl.FileSync, "_apply", real_apply)
+    res = wl.sync_path(store, path)
+    got = stored_rows(store, run_id)
+    assert_rows_equal(got, expected_rows(rows))
+    assert res[0]["rows_added"] + len(partial) == len(got)
+
+
 def test_live_tail_gets_every_row_exactly_once(store, tmp_path):
     out = tmp_path / "live"
     (out / "wandb").mkdir(parents=True)

@@ -19,6 +19,7 @@ not written for STALE_AFTER is 'stale' and for CRASH_AFTER (LEET's RunCrashTimeo
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import threading
@@ -368,8 +369,6 @@ class FileSync:
             n = extra.get("lines", 0)
             hist_idx = [i for i, (_e, rt, _p) in enumerate(recs) if rt == wf.HISTORY]
             row_steps = cols.row_steps if cols is not None else []
-            import bisect
-
             for i, payload in outputs:
                 o = wf.parse_record(payload).output_raw
                 stream = "stderr" if o.output_type == 0 else "stdout"
