@@ -219,7 +219,7 @@ async def test_ui_stays_responsive_while_a_sync_is_slow(watch_store):
             assert "syncing" in screen_text(app)
             release.set()
             await wait_for(pilot, lambda: not running(app, "sync"))
-            await wait_for(pilot, lambda: app.query_one("#header").synced_at is not None)
+            await wait_for(pilot, lambda: app._header.synced_at is not None)
     finally:
         release.set()
 
@@ -231,7 +231,7 @@ async def test_sync_failure_is_a_notification_and_offline_header(watch_store):
     app = WatchApp("marin", 3600, store=watch_store, sync_fn=failing)
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot, app)
-        await wait_for(pilot, lambda: app.query_one("#header").offline_since is not None)
+        await wait_for(pilot, lambda: app._header.offline_since is not None)
         await pilot.pause(0.1)
         assert any("cannot reach api.wandb.ai" in str(n.message) for n in app._notifications)
         assert "offline — showing cache from" in screen_text(app)
@@ -257,9 +257,14 @@ async def test_watch_holds_the_sync_lock_so_cli_sync_is_told(watch_store):
                 with synclock.acquire(watch_store.path, "marin", owner="sync"):
                     pass
             assert "watch (pid" in err.value.message and "marin" in err.value.message
-            # readers in "another terminal" still work while watch is up
-            with watch_store.connect() as con:
-                assert con.execute("SELECT count(*) FROM runs").fetchall()[0][0] == 7
+            # readers in "another terminal" still work while watch is up and syncing
+            import json
+            import subprocess
+
+            out = subprocess.run([sys.executable, "-m", "marinctl", "--db", str(watch_store.path), "runs", "--json"],
+                                 capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            assert len(json.loads(out.stdout)) == 7
             release.set()
             await wait_for(pilot, lambda: not running(app, "sync"))
         with synclock.acquire(watch_store.path, "marin", owner="sync"):

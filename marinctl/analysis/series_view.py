@@ -755,6 +755,7 @@ class ViewParams:
 class View:
     params: ViewParams
     ref: str | None = None
+    target_name: str | None = None      # what explain/events accept for the shown run ('hero', a run id)
     header: HeaderStats | None = None
     panels: list[PanelData] = field(default_factory=list)
     axis: Axis | None = None
@@ -787,6 +788,7 @@ def build_view(store, params: ViewParams) -> View:
         keys = panel_keys(con, target, params.pattern, params.all_keys)
         view.matched = len(keys)
         keys = keys[:MAX_PANELS]
+        view.target_name = target.name
         full_lo, full_hi = key_step_range(con, target, keys or list(DEFAULT_PANELS))
         view.header = header_stats(con, target, last_step=full_hi)
         if full_lo is None and not keys and params.pattern:

@@ -123,6 +123,7 @@ class WatchApp(App):
         self.all_keys: tuple[str, ...] | None = None
         self._planned = False
         self._syncing = False
+        self._last_error: str | None = None
         self.ui_seconds = 0.0                           # UI-thread time in view handlers (bench, tests)
         self.refreshes = 0
 
@@ -139,12 +140,19 @@ class WatchApp(App):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#filter").display = False
-        self.query_one("#sidebar").border_title = "runs"
-        self.query_one("#grid").focus()
+        # Keep references: while a modal (help, explain) is up, app.query_one() searches the modal.
+        self._header = self.query_one(StatusHeader)
+        self._sidebar = self.query_one(RunsSidebar)
+        self._grid = self.query_one("#grid", ChartGrid)
+        self._filter = self.query_one("#filter", Input)
+        self._notice = self.query_one("#notice", Static)
+        self._readout = self.query_one("#readout", Static)
+        self._filter.display = False
+        self._sidebar.border_title = "runs"
+        self._grid.focus()
         self.params = self._with(buckets=self._bucket_guess())
         self.run_worker(self._plan_worker, thread=True, group="plan", exit_on_error=False)
-        self.set_interval(1.0, self.query_one(StatusHeader).redraw)
+        self.set_interval(1.0, self._header.redraw)
 
     def _bucket_guess(self) -> int:
         width = max(60, self.size.width - 34)
@@ -249,7 +257,7 @@ class WatchApp(App):
         if self._syncing or not self.sync_targets:
             return
         self._syncing = True
-        self.query_one(StatusHeader).syncing = True
+        self._header.syncing = True
         self.run_worker(lambda t=list(self.sync_targets): self._sync_worker(t), thread=True, group="sync",
                         exit_on_error=False)
 
@@ -272,18 +280,21 @@ class WatchApp(App):
         if self.autosync and self.sync_targets:
             self.sync_now()
             self.set_interval(self.interval, self.sync_now)
+        elif self.autosync:
+            # Nothing to sync from here (another process may be writing): just re-read.
+            self.set_interval(self.interval, self.reload)
 
     def on_view_loaded(self, message: msg.ViewLoaded) -> None:
         t0 = time.perf_counter()
         view = message.view
         self.view = view
         self.refreshes += 1
-        header = self.query_one(StatusHeader)
+        header = self._header
         cache = view.cache_time.strftime("%Y-%m-%d %H:%M UTC") if view.cache_time else "never"
         if header.offline_since is not None:
             header.offline_since = cache
         header.update_stats(view.header, self._view_line(view))
-        self.query_one(RunsSidebar).show_entries(view.sidebar, view.ref)
+        self._sidebar.show_entries(view.sidebar, view.ref)
         text = ""
         if view.error:
             text = view.error
@@ -291,7 +302,7 @@ class WatchApp(App):
             text = f"no key matches /{view.params.pattern}/"
         elif view.matched > len(view.panels):
             text = f"showing {len(view.panels)} of {view.matched} matching keys — narrow the filter"
-        notice = self.query_one("#notice", Static)
+        notice = self._notice
         notice.update(text)
         notice.display = bool(text)
         self._sync_charts(view, message.frames)
@@ -299,7 +310,7 @@ class WatchApp(App):
         self.ui_seconds += time.perf_counter() - t0
 
     def _sync_charts(self, view: sv.View, frames: dict[str, Any]) -> None:
-        grid = self.query_one("#grid", ChartGrid)
+        grid = self._grid
         charts = self._charts()
         keys = [p.key for p in view.panels]
         if list(charts) != keys:
@@ -325,7 +336,7 @@ class WatchApp(App):
 
     def on_sync_finished(self, message: msg.SyncFinished) -> None:
         self._syncing = False
-        header = self.query_one(StatusHeader)
+        header = self._header
         header.syncing = False
         if message.ok:
             header.synced_at = time.time()
@@ -338,7 +349,11 @@ class WatchApp(App):
             if message.offline:
                 cache = self.view.cache_time if self.view else None
                 header.offline_since = cache.strftime("%Y-%m-%d %H:%M UTC") if cache else "never"
-            self.notify(message.error or "sync failed", title="sync", severity="warning")
+            else:
+                self.reload()          # another process is syncing this target: show what it wrote
+            if message.error != self._last_error:      # one toast per new failure, not one per interval
+                self.notify(message.error or "sync failed", title="sync", severity="warning")
+        self._last_error = message.error
         header.redraw()
 
     def on_keys_loaded(self, message: msg.KeysLoaded) -> None:
@@ -372,7 +387,7 @@ class WatchApp(App):
                 self.notify(f"bad regex: {exc}", severity="error")
                 return
         self.params = self._with(pattern=pattern)
-        self.query_one("#grid").focus()
+        self._grid.focus()
         self.reload()
 
     # -- readout ---------------------------------------------------------------------------
@@ -389,7 +404,7 @@ class WatchApp(App):
 
     def _update_readout(self) -> None:
         view = self.view
-        readout = self.query_one("#readout", Static)
+        readout = self._readout
         if view is None or not view.panels:
             readout.update("")
             return
@@ -425,25 +440,25 @@ class WatchApp(App):
         self.repaint()
 
     def _charts(self) -> dict[str, MetricChart]:
-        return {c.key: c for c in self.query(MetricChart)}
+        return {c.key: c for c in self._grid.query(MetricChart)}
 
     # -- actions ---------------------------------------------------------------------------
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
     def action_filter(self) -> None:
-        box = self.query_one("#filter", Input)
+        box = self._filter
         box.display = True
         box.value = self.params.pattern or ""
         box.focus()
 
     def action_clear_filter(self) -> None:
-        box = self.query_one("#filter", Input)
+        box = self._filter
         box.display = False
         if self.params.pattern:
             self.params = self._with(pattern=None)
             self.reload()
-        self.query_one("#grid").focus()
+        self._grid.focus()
 
     def action_cursor(self, buckets: int) -> None:
         view = self.view
@@ -481,7 +496,7 @@ class WatchApp(App):
         anomalies = [m for m in near if m.kind == "anomaly"]
         if anomalies:                      # `e` on a marker explains the marker's step
             step = min(anomalies, key=lambda m: abs(m.step - step)).step
-        ref = view.ref or "hero"
+        ref = view.target_name or view.ref or "hero"
         self.run_worker(lambda: self._explain_worker(ref, step, near), thread=True, group="explain",
                         exclusive=True, exit_on_error=False)
 
@@ -518,7 +533,7 @@ class WatchApp(App):
 
         self.options = replace(self.options, logy=not self.options.logy)
         if self.view is not None:
-            self.query_one(StatusHeader).update_stats(self.view.header, self._view_line(self.view))
+            self._header.update_stats(self.view.header, self._view_line(self.view))
         self.repaint()
 
     def action_cycle_smoothing(self) -> None:
