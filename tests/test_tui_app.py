@@ -281,3 +281,21 @@ async def test_bad_regex_is_a_notification(watch_store):
         await pilot.pause(0.2)
         assert any("bad regex" in str(n.message) for n in app._notifications)
         assert app.view.params.pattern is None
+
+
+@pytest.mark.slow
+async def test_watch_a_local_wandb_dir_end_to_end(store, tmp_path):
+    """The `demo` path: a real offline wandb run (SDK in a subprocess), synced by watch itself."""
+    from tests.test_wandb_local import write_runs
+
+    logged = write_runs(tmp_path / "runs", steps=120, runs=1)
+    run_id = next(iter(logged))
+    app = WatchApp(str(tmp_path / "runs" / "wandb"), 1.0, store=store)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.view is not None and app.view.panels and app._header.synced_at is not None,
+                       timeout=60)
+        await wait_for(pilot, lambda: not running(app, "load"))
+        keys = [p.key for p in app.view.panels]
+        assert keys[:2] == ["train/loss", "grad/norm/total"]
+        assert app.view.full_hi == 119
+        assert run_id in screen_text(app)

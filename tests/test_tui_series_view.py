@@ -163,3 +163,22 @@ def test_plot_process_does_not_import_textual(watch_store, tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "TEXTUAL []"
+
+
+def test_repro_run_overlays_the_rung_it_reproduces(watch_store):
+    """A SYNTHETIC local repro of d768 appears over rung1 on the fraction axis."""
+    from marinctl.domain import RunInfo
+    from marinctl.store.runs import upsert_run
+
+    with watch_store.transaction() as con:
+        pk = upsert_run(con, RunInfo(source="repro", run_id="repro-d768-synthetic", name="repro d768 (synthetic)",
+                                     state="running", config={"num_train_steps": 100}))
+        con.execute("INSERT INTO metrics SELECT ?, (SELECT key_id FROM metric_keys WHERE key = 'train/loss'), s, 5.0 - s / 50"
+                    " FROM range(50) t(s)", [pk])
+        con.execute("UPDATE runs SET last_step = 49 WHERE run_pk = ?", [pk])
+    view = sv.build_view(watch_store, sv.ViewParams(ref="rung1", xmode="fraction", overlays=True))
+    loss = next(p for p in view.panels if p.key == "train/loss")
+    names = [o.name for o in loss.overlays]
+    assert "repro d768" in names and "d768" not in names          # the rung itself is the main curve
+    repro = loss.overlays[names.index("repro d768")]
+    assert repro.x.max() <= 0.5 and repro.y[0] == pytest.approx(5.0, abs=0.1)   # 50 of 100 steps done
