@@ -182,3 +182,24 @@ def test_repro_run_overlays_the_rung_it_reproduces(watch_store):
     assert "repro d768" in names and "d768" not in names          # the rung itself is the main curve
     repro = loss.overlays[names.index("repro d768")]
     assert repro.x.max() <= 0.5 and repro.y[0] == pytest.approx(5.0, abs=0.1)   # 50 of 100 steps done
+
+
+def test_ladder_band_appears_over_the_hero_when_the_ladder_module_provides_one(watch_store, monkeypatch):
+    import sys
+    import types
+
+    def predicted_band(con, metric):
+        if metric != "train/loss":
+            return None
+        return {"steps": [0, 400, 799], "lo": [3.0, 2.5, 2.2], "hi": [3.4, 2.9, 2.6]}
+
+    monkeypatch.setitem(sys.modules, "marinctl.analysis.ladder", types.SimpleNamespace(predicted_band=predicted_band))
+    view = sv.build_view(watch_store, sv.ViewParams(ref="hero", xmode="fraction", overlays=True))
+    bands = {p.key: p.band for p in view.panels}
+    assert bands["grad/norm/total"] is None
+    band = bands["train/loss"]
+    assert band.x.tolist() == pytest.approx([0.0, 0.5, 799 / 800])
+    assert band.hi.tolist() == [3.4, 2.9, 2.6]
+    monkeypatch.setitem(sys.modules, "marinctl.analysis.ladder", None)       # absent: no band, no error
+    view = sv.build_view(watch_store, sv.ViewParams(ref="hero", overlays=True, xmode="fraction"))
+    assert all(p.band is None for p in view.panels)

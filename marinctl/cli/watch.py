@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
 
 
 def watch(
-    target: Annotated[Optional[str], typer.Argument(metavar="[TARGET]", help="What to follow (default: the hero lineage).")] = None,
+    target: Annotated[Optional[str], typer.Argument(metavar="TARGET", help="What to follow (default: the hero lineage).")] = None,
     interval: Annotated[float, typer.Option("--interval", help="Seconds between background syncs.")] = 30.0,
 ) -> None:
     if not interval > 0:
