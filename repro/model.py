@@ -280,8 +280,10 @@ class MoEDecoder(nn.Module):
         logits_BSV = F.linear(self.final_norm(x_BSD), self.lm_head).float()
         if targets_BS is None:
             return logits_BSV, layer_stats
-        ce = F.cross_entropy(logits_BSV.view(-1, logits_BSV.size(-1)), targets_BS.reshape(-1))
-        z = torch.logsumexp(logits_BSV, dim=-1).pow(2).mean()
+        # one logsumexp serves both CE (= lse − target logit) and the z-loss (= mean lse²)
+        lse_BS = torch.logsumexp(logits_BSV, dim=-1)
+        ce = (lse_BS - logits_BSV.gather(-1, targets_BS.unsqueeze(-1)).squeeze(-1)).mean()
+        z = lse_BS.pow(2).mean()
         loss = ce + self.cfg.z_loss_weight * z
         return loss, {"cross_entropy_loss": ce.detach(), "z_loss": z.detach(), "layers": layer_stats}
 

@@ -11,7 +11,7 @@ shrinks it by one documented rule so it runs in minutes on 2 cores:
 | experts | 384, top-8 | 96, top-2 | K/E = 1/48, QB, capacity factor 1.15, 2 shared experts |
 | vocabulary | 128,256 (Llama 3) | 4,096 (BPE trained on the local corpus) | z-loss 1e-4 |
 | sequence | 4096, window 2048 | 256, window 128 | window / sequence = 1/2 |
-| tokens | 791 per active param | `steps` × 16 × 256 (default 240 steps ≈ 1M tokens) | schedule shape, 1 % warm-up, min_lr_ratio 0.05, data-phase switches at 27.7 % and 80 %, eval every 5 % |
+| tokens | 791 per active param | `steps` × 16 × 256 (default 160 steps ≈ 655k tokens) | schedule shape, 1 % warm-up, min_lr_ratio 0.05, data-phase switches at 27.7 % and 80 %, eval every 5 % |
 | LRs, beta2, eps | Marin's heuristic at the rung's tokens / width / batch | the rung's own values (the heuristic at the proxy's own size is in `--dry-run --json` as `heuristic_at_this_size`) | MuonH = 13/3 × Adam, the optimizer groups |
 """
 
@@ -29,7 +29,7 @@ PROXY_HEAD_DIM = 32
 PROXY_EXPERTS, PROXY_TOP_K = 96, 2          # keeps K/E = 8/384 = 1/48
 PROXY_VOCAB = 4096
 PROXY_SEQ, PROXY_BATCH = 256, 16
-DEFAULT_PROXY_STEPS = 240
+DEFAULT_PROXY_STEPS = 160
 
 
 @dataclass
@@ -156,22 +156,6 @@ def summary(cfg: TrainConfig, flops_per_s: float | None = None, published: dict[
     if published:
         out["published"] = {k: published[k] for k in ("total_params", "active_params", "tokens", "flops") if k in published}
     return out
-
-
-def measure_matmul_peak(dtype_name: str = "bfloat16", n: int = 2048, seconds: float = 0.5) -> float:
-    """This machine's matmul FLOP/s with torch at its current thread count (a big square matmul)."""
-    import time
-
-    import torch
-
-    dtype = getattr(torch, dtype_name)
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    a @ b
-    iters, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        a @ b
-        iters += 1
-    return 2 * n**3 * iters / (time.perf_counter() - t0)
 
 
 def published_row(name: str) -> dict[str, Any]:

@@ -33,9 +33,9 @@ def test_dry_run_human_and_width_alias(cli):
 
 
 def test_true_size_without_cuda_says_what_is_needed(cli):
-    import torch
+    from repro.machine import cuda_memory_bytes
 
-    if torch.cuda.is_available():
+    if cuda_memory_bytes() is not None:
         pytest.skip("this machine has CUDA")
     code, out, err = cli("repro", "rung1")
     assert code == 2 and out == ""

@@ -9,7 +9,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -72,23 +74,9 @@ def _find_number(config: Any, keys: tuple[str, ...]) -> int | None:
 
 
 def _peak_flops() -> float:
-    """This machine's measured fp32 matmul peak (cached per thread count: a half-second measurement)."""
-    import json
+    from repro.machine import cached_peak_flops
 
-    import torch
-
-    from repro.rungs import measure_matmul_peak
-
-    cache = paths.subdir("repro") / "peak.json"
-    key = f"float32-{torch.get_num_threads()}"
-    try:
-        known = json.loads(cache.read_text())
-    except (OSError, ValueError):
-        known = {}
-    if key not in known:
-        known[key] = measure_matmul_peak("float32", n=1024, seconds=0.5)
-        cache.write_text(json.dumps(known))
-    return float(known[key])
+    return cached_peak_flops(paths.subdir("repro") / "peak.json")
 
 
 def _mirror(run_dir: Path) -> str | None:
@@ -183,7 +171,7 @@ def _print_plan(result: dict[str, Any]) -> None:
 def repro(
     rung: Annotated[str, typer.Argument(metavar="RUNG", help="rung1..rung4, hero, a width (d768), or a stored RUN whose config names one.")],
     cpu: Annotated[bool, typer.Option("--cpu", help="Train the shrunk CPU proxy (minutes on 2 cores).")] = False,
-    steps: Annotated[Optional[int], typer.Option("--steps", help="Steps to train (default: 240 for --cpu, the rung's own otherwise).")] = None,
+    steps: Annotated[Optional[int], typer.Option("--steps", help="Steps to train (default: 160 for --cpu, the rung's own otherwise).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Random seed (same seed, same run on CPU).")] = 0,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the true rung and the proxy side by side; train nothing.")] = False,
     data: Annotated[Optional[Path], typer.Option("--data", help="Your own text: .txt (or a folder of them), .jsonl (field text) or .parquet (column text).")] = None,
@@ -195,9 +183,8 @@ def repro(
         raise UserError(f"--data {data}: no such file or folder", "pass a .txt, .jsonl or .parquet file")
     name = _rung_name(rung)
 
-    import torch
-
     from repro import rungs as R
+    from repro.machine import cuda_memory_bytes
 
     true_cfg = R.true_config(name)
     if steps is not None and not cpu:
@@ -218,11 +205,11 @@ def repro(
         cfg, device = proxy_cfg, "cpu"
     else:
         need = R.gib_needed(true_cfg)
-        if not torch.cuda.is_available():
+        have = cuda_memory_bytes()
+        if have is None:
             raise UserError(f"{name} at its true size ({true_cfg.label}) needs a CUDA GPU with about {need} GiB "
                             f"(fp32 weights, grads and optimizer state) and this machine has none",
                             f"run the proxy: `marinctl repro {name} --cpu` (see the sizes: `marinctl repro {name} --dry-run`)")
-        have = torch.cuda.get_device_properties(0).total_memory
         if not R.fits_on_gpu(true_cfg, have):
             raise UserError(f"{name} at its true size needs about {need} GiB of GPU memory; this GPU has "
                             f"{have / 2**30:.0f} GiB (multi-GPU FSDP is not built yet)",
@@ -270,7 +257,8 @@ def _train_and_log(cfg, device: str, seed: int, data: Path | None, quiet: bool, 
     summary: dict[str, Any] = {}
     interrupted = False
     try:
-        summary = train(cfg, corpus, seed=seed, log=log, on_step=on_step, device=device, peak_flops=peak)
+        with _interrupt_on_signals():
+            summary = train(cfg, corpus, seed=seed, log=log, on_step=on_step, device=device, peak_flops=peak)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -284,9 +272,27 @@ def _train_and_log(cfg, device: str, seed: int, data: Path | None, quiet: bool, 
             "device": device, "note": note, **summary}
 
 
+@contextmanager
+def _interrupt_on_signals():
+    """Ctrl-C and SIGTERM both raise KeyboardInterrupt inside, so the run (and `demo`) always cleans
+    up — even when started from a shell that set SIGINT to ignored for background jobs."""
+    def raise_interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.default_int_handler), signal.signal(signal.SIGTERM, raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old[0])
+        signal.signal(signal.SIGTERM, old[1])
+
+
 def demo(
     interval: Annotated[float, typer.Option("--interval", help="Seconds between refreshes of the view.")] = 2.0,
-    steps: Annotated[Optional[int], typer.Option("--steps", help="Steps for the proxy (default 240).")] = None,
+    steps: Annotated[Optional[int], typer.Option("--steps", help="Steps for the proxy (default 160).")] = None,
 ) -> None:
     """`repro rung1 --cpu` in a child process group + the watch TUI on its wandb folder."""
     cmd = [sys.executable, "-m", "marinctl", "--home", str(paths.home()), "repro", "rung1", "--cpu"]
@@ -300,27 +306,31 @@ def demo(
         child = subprocess.Popen(cmd, stdout=log_file if interactive else None, stderr=log_file if interactive else None,
                                  start_new_session=True)
     try:
-        run_dir = _wait_for_run_dir(wandb_root, before, child)
-        run_watch = None
-        try:
-            from marinctl.tui.app import run_watch
-        except ImportError:
-            pass
-        if run_watch is not None and interactive and run_dir is not None:
-            run_watch(str(run_dir), interval)
-        else:
-            if interactive:
-                sys.stderr.write(f"training in the background (log: {log_path}); the watch view is not available, "
-                                 "following the log instead\n")
-                _follow(log_path, child)
-            else:
-                child.wait()
+        with _interrupt_on_signals():
+            _show(wandb_root, before, child, log_path, interactive, interval)
     except KeyboardInterrupt:
         pass
     finally:
         _stop(child)
     if child.returncode not in (0, None, -signal.SIGTERM, -signal.SIGINT, 130):
         raise RuntimeFailure(f"the background repro exited with code {child.returncode}", f"see {log_path}")
+
+
+def _show(wandb_root: Path, before: set[Path], child: subprocess.Popen, log_path: Path, interactive: bool,
+          interval: float) -> None:
+    """The watch TUI on the child's run folder when there is a terminal and a TUI; else the log."""
+    run_dir = _wait_for_run_dir(wandb_root, before, child)
+    try:
+        from marinctl.tui.app import run_watch
+    except ImportError:
+        run_watch = None
+    if run_watch is not None and interactive and run_dir is not None:
+        run_watch(str(run_dir), interval)
+    elif interactive:
+        sys.stderr.write(f"training in the background (log: {log_path}); no watch view available, following the log\n")
+        _follow(log_path, child)
+    else:
+        child.wait()
 
 
 def _wait_for_run_dir(root: Path, before: set[Path], child: subprocess.Popen, timeout: float = 120.0) -> Path | None:
