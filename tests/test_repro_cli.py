@@ -71,3 +71,23 @@ def test_cpu_run_on_user_jsonl_logs_and_mirrors(cli, tmp_path):
     if run["note"] is None:  # mirrored: the store lists it as a reproduction of rung1
         code, out, _ = cli("runs", "--json")
         assert code == 0 and run["id"] in out
+
+
+def test_repro_of_a_stored_run_uses_the_rung_its_config_describes(cli, monkeypatch, tmp_path):
+    """A synthetic stored run (labelled so) whose config gives a d1024 model maps to rung2."""
+    from marinctl import paths
+    from marinctl.domain import RunInfo
+    from marinctl.store import open_store
+    from marinctl.store.runs import upsert_run
+
+    store = open_store(paths.db_path())
+    with store.transaction() as con:
+        upsert_run(con, RunInfo(source="wandb", run_id="synthetic-moe-d1024", entity="e", project="p",
+                                config={"model": {"hidden_dim": 1024, "num_layers": 12}}))
+        upsert_run(con, RunInfo(source="wandb", run_id="synthetic-dense-d999", entity="e", project="p",
+                                config={"model": {"hidden_dim": 999}}))
+    code, out, err = cli("repro", "synthetic-moe-d1024", "--dry-run", "--json")
+    assert code == 0, err
+    assert json.loads(out)["rung"] == "rung2"
+    code, _, err = cli("repro", "synthetic-dense-d999", "--dry-run")
+    assert code == 2 and "does not describe a ladder rung" in err
