@@ -26,8 +26,8 @@ Simplifications against Marin's JAX original (experiments/grug/moe_hero_ep, leva
 - Capacity is one receiver-side cap per expert over the whole local batch; no expert-parallel
   transport (ragged / pooled-wave all-to-all), so no sender drops.
 - The two shared experts are kept as two [D, F] SwiGLUs stacked in one tensor.
-- Weights and compute dtype are chosen by the caller (fp32 on CPU; bf16 autocast on CUDA); the
-  hero keeps fp32 weights with bf16 compute everywhere.
+- Precision follows the hero's policy (fp32 weights, bf16 compute) through torch autocast rather
+  than explicit casts; the router, the QB solve and the loss stay fp32.
 - No router weight decay (the hero's PR #8833 decays router and attn_gate from step 54k).
 """
 
@@ -280,9 +280,11 @@ class MoEDecoder(nn.Module):
         logits_BSV = F.linear(self.final_norm(x_BSD), self.lm_head).float()
         if targets_BS is None:
             return logits_BSV, layer_stats
-        # one logsumexp serves both CE (= lse − target logit) and the z-loss (= mean lse²)
-        lse_BS = torch.logsumexp(logits_BSV, dim=-1)
-        ce = (lse_BS - logits_BSV.gather(-1, targets_BS.unsqueeze(-1)).squeeze(-1)).mean()
+        # one fused log-softmax pass serves both: per-token CE = lse − target logit, so
+        # lse = CE + target logit gives the z-loss (mean lse²) without a second pass over V
+        nll_BS = F.cross_entropy(logits_BSV.flatten(0, 1), targets_BS.reshape(-1), reduction="none").view_as(targets_BS)
+        lse_BS = nll_BS + logits_BSV.gather(-1, targets_BS.unsqueeze(-1)).squeeze(-1)
+        ce = nll_BS.mean()
         z = lse_BS.pow(2).mean()
         loss = ce + self.cfg.z_loss_weight * z
         return loss, {"cross_entropy_loss": ce.detach(), "z_loss": z.detach(), "layers": layer_stats}

@@ -50,6 +50,7 @@ class TrainConfig:
     eval_every: int = 0
     watch_interval: int = 10
     micro_batch: int = 0           # 0: the whole batch at once; GPUs accumulate micro-batches
+    compute_dtype: str = "bfloat16"  # autocast dtype; weights stay fp32 (the hero's policy)
 
     @property
     def tokens_per_step(self) -> int:

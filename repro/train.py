@@ -123,8 +123,10 @@ def train(cfg: TrainConfig, corpus: Corpus, *, seed: int = 0, log: Callable[[dic
     gen = seed_everything(seed)
     model = MoEDecoder(cfg.model).to(device)
     opt = Optimizers(model, cfg.muonh_lr, cfg.adam_lr, cfg.beta2, cfg.eps)
-    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.startswith("cuda") else \
-        (lambda: torch.autocast("cpu", enabled=False))
+    # bf16 compute like the hero (fp32 weights, fp32 router and loss); on CPU it uses avx512_bf16 matmuls
+    device_type = "cuda" if device.startswith("cuda") else "cpu"
+    use_bf16 = cfg.compute_dtype == "bfloat16"
+    autocast = lambda: torch.autocast(device_type, dtype=torch.bfloat16, enabled=use_bf16)  # noqa: E731
     flops_tok = flops_per_token(cfg.model)
     micro = cfg.micro_batch or cfg.batch_size
     log = log or (lambda metrics, step: None)

@@ -152,3 +152,4 @@ def test_sliding_window_and_global_layers():
     model = MoEDecoder(tiny())
     m = model.local_mask
     assert m[10, 3] and not m[10, 2] and not m[3, 4]  # window 8, causal
+
