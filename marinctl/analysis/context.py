@@ -21,8 +21,8 @@ from marinctl.store import metrics as M
 HERO_TOTAL = 390_251
 HERO_CKPT_EVERY = 6_000
 DEFAULT_WARMUP = 0.01
-MOVED_Z = 5.0
-MOVED_WINDOW = 500
+MOVED_Z = 8.0
+MOVED_WINDOW = 200
 _COUNTERS = re.compile(r"^(_|global_step$|run_progress$|throughput/total_|optim/|mixture/)")
 
 
