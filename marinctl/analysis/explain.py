@@ -185,9 +185,19 @@ def _metric_evidence(con, target: Target, key: str, step: int) -> dict[str, Any]
     return {"metric": key, "step": int(steps[-1]), "value": float(at), "baseline": med, "z": z, "points": len(hist)}
 
 
+def _bounds(con: duckdb.DuckDBPyConnection, target: Target) -> tuple[int | None, int | None]:
+    """First and last stored step of the target; from run metadata when sync recorded it (no scan)."""
+    lasts = [r.get("last_step") for r in target.runs]
+    if all(x is not None for x in lasts):
+        lo = target.segments[0][1] or 0
+        hi = target.leaf["last_step"] if target.segments[-1][2] is None else target.segments[-1][2] - 1
+        return lo, hi
+    return M.step_range(con, target.segments)
+
+
 def explain(con: duckdb.DuckDBPyConnection, target: Target, step: int, metric: str | None = None) -> dict[str, Any]:
     """The contract's `explain step N --json` document for `target` at `step`."""
-    lo, hi = M.step_range(con, target.segments)
+    lo, hi = _bounds(con, target)
     if lo is None:
         raise UserError(f"{target.name} has no history stored yet", f"mirror it with `marinctl sync` first")
     if step < lo or step > hi:

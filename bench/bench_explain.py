@@ -1,0 +1,129 @@
+"""Benchmark: detection and `explain step N` on a hero-scale SYNTHETIC store.
+
+Store: one SYNTHETIC Marin-shaped run (tests/fakes/synth.py), 400,000 steps, ~150 scalar keys
+per step and ~600 norm keys every 10 steps (~85M values), with a QB router-bias jump at step
+500 and a loss spike at step 250,000. Built once and cached (default /tmp/marinctl-bench/).
+
+Targets (issue 6): explain ≤ 1 s wall; full detection ≤ 30 s; incremental detection per
+1,000 new steps ≤ 0.5 s. Printed side by side with the measured figures.
+
+    /tmp/venv/bin/python bench/bench_explain.py [--steps 400000] [--cache DIR] [--rebuild]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+RUN_ID = "hero-bench-synthetic"
+
+
+def build(path: Path, steps: int) -> None:
+    from tests.fakes import synth
+    from tests.fakes.load import load_into_store
+
+    from marinctl.store import Store
+
+    t = time.perf_counter()
+    run = synth.marin_run(RUN_ID, steps=steps, layers=27, experts=8, extra_scalar_keys=100, eval_every=3000,
+                          num_train_steps=390_251, learning_rate=0.003291, adam_lr=0.000759, hidden_dim=6144)
+    for i in range(27):
+        key = f"params/norm/stacked_blocks.{i}.mlp.router_bias"
+        s, v = run.series[key]
+        run.set_values(key, s, np.where(s >= 500, 30.0, v))
+    leaves = [k for k in run.series if k.startswith("params/norm/") and k != "params/norm/total"]
+    s = run.series[leaves[0]][0]
+    run.set_values("params/norm/total", s, np.sqrt(sum(run.series[k][1] ** 2 for k in leaves)))
+    sl, vl = run.series["train/loss"]
+    run.set_values("train/loss", [250_000], [vl[250_000] * 1.8])
+    dense = sum(1 for k, (st, _) in run.series.items() if len(st) == steps)
+    print(f"generated SYNTHETIC run: {len(run.series)} keys ({dense} per step) in {time.perf_counter() - t:.1f} s")
+    tmp = path.with_suffix(".building")
+    tmp.unlink(missing_ok=True)
+    t = time.perf_counter()
+    load_into_store(Store(tmp), [run], window=20_000)
+    tmp.rename(path)
+    print(f"loaded into {path} in {time.perf_counter() - t:.1f} s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=400_000)
+    ap.add_argument("--cache", default="/tmp/marinctl-bench")
+    ap.add_argument("--rebuild", action="store_true")
+    args = ap.parse_args()
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    src = cache / f"hero-explain-{args.steps}.duckdb"
+    if args.rebuild or not src.exists():
+        build(src, args.steps)
+    work = cache / "work.duckdb"
+    shutil.copy(src, work)
+
+    from marinctl.analysis import detectors as D
+    from marinctl.analysis.explain import explain
+    from marinctl.store import Store
+    from marinctl.store.lineage import resolve_target
+
+    store = Store(work)
+    with store.connect() as con:
+        pk = con.execute("SELECT run_pk FROM runs WHERE run_id = ?", [RUN_ID]).fetchall()[0][0]
+        rows = con.execute("SELECT count(*) FROM metrics").fetchall()[0][0]
+    last = args.steps - 1
+    cut = last - 999
+    figures = []
+
+    # incremental: detect up to `cut`, then "sync" the last 1,000 steps and detect again
+    with store.transaction() as con:
+        con.execute("CREATE TABLE _held AS SELECT * FROM metrics WHERE run_pk = ? AND step >= ?", [pk, cut])
+        con.execute("DELETE FROM metrics WHERE run_pk = ? AND step >= ?", [pk, cut])
+    t = time.perf_counter()
+    with store.transaction() as con:
+        n_full = D.full_detect(con, pk)
+    t_full = time.perf_counter() - t
+    figures.append(("full detection (399k steps)", t_full, 30.0, f"{n_full} anomalies"))
+    with store.transaction() as con:
+        con.execute("INSERT INTO metrics SELECT * FROM _held ORDER BY key_id, step")
+        con.execute("DROP TABLE _held")
+    t = time.perf_counter()
+    with store.transaction() as con:
+        n_inc = D.detect_incremental(con, pk)
+    t_inc = time.perf_counter() - t
+    figures.append(("incremental detection, 1,000 new steps", t_inc, 0.5, f"{n_inc} new"))
+
+    for step in (500, 250_000, 390_000):
+        t = time.perf_counter()
+        with store.connect() as con:
+            doc = explain(con, resolve_target(con, None), step)
+        dt = time.perf_counter() - t
+        top = doc["findings"][0] if doc["findings"] else None
+        note = f"top: {top['kind']} {top['cause_class']}" if top else "no findings"
+        figures.append((f"explain step {step:,} (in-process)", dt, 1.0, note))
+    env = {**os.environ, "MARINCTL_HOME": str(cache), "PYTHONPATH": str(ROOT)}
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "marinctl", "--db", str(work), "explain", "step", "500"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    dt = time.perf_counter() - t
+    figures.append(("`marinctl explain step 500` (new process)", dt, 1.0, f"exit {proc.returncode}"))
+
+    print(f"\nSYNTHETIC hero-scale store: {args.steps:,} steps, {rows:,} values\n")
+    print(f"{'measure':<44} {'seconds':>8} {'target':>7} {'ratio':>6}  note")
+    for name, sec, target, note in figures:
+        print(f"{name:<44} {sec:8.3f} {target:7.1f} {sec / target:6.2f}  {note}")
+    if proc.returncode != 0:
+        print(proc.stderr)
+    work.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    main()
