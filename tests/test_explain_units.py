@@ -117,3 +117,17 @@ def test_cli_bad_input_exits_2(qb_store, cli, monkeypatch):
     assert code == 2 and "no/such/key" in err
     code, _, err = cli("explain", "step", "500", "--run", "nope")
     assert code == 2
+
+
+def test_explain_context_shows_nearby_github_events_inert(qb_store, cli, monkeypatch):
+    with qb_store.transaction() as con:
+        uid = con.execute("SELECT uid FROM runs").fetchall()[0][0]
+        con.execute("INSERT INTO events (event_id, source, kind, title, url, run_uid, step) VALUES (?, 'github', 'comment', ?, ?, ?, ?)",
+                    ["github:o/r#1/comment/1", "restarted \x1b]52;c;ZXZpbA==\x07after \x1b[31mcrash", "https://github.com/o/r/issues/1#c1", uid, 505])
+    _use(qb_store, monkeypatch)
+    code, out, err = cli("explain", "step", "500", "--json")
+    ev = json.loads(out)["context"]["events"]
+    assert code == 0 and ev and ev[0]["url"] == "https://github.com/o/r/issues/1#c1" and ev[0]["step"] == 505
+    code, out, err = cli("explain", "step", "500")
+    assert "https://github.com/o/r/issues/1#c1" in out and "\x1b" not in out and "restarted after crash" in out
+    assert "loss and gradient norm stayed calm" in out

@@ -126,7 +126,7 @@ def checkpoint_steps(run: dict[str, Any], step: int, window: int) -> list[int]:
     total, _ = total_steps(run)
     if total == HERO_TOTAL:
         lo = (max(step - window, 0) + HERO_CKPT_EVERY - 1) // HERO_CKPT_EVERY * HERO_CKPT_EVERY
-        return list(range(lo, step + window + 1, HERO_CKPT_EVERY))
+        return [s for s in range(lo, step + window + 1, HERO_CKPT_EVERY) if s > 0]
     if total and abs(total - 1 - step) <= window:
         return [total - 1]
     return []

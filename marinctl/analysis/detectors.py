@@ -573,6 +573,7 @@ def detect_incremental(con: duckdb.DuckDBPyConnection, run_pk: int) -> int:
     If history the last detection saw was rewritten (a W&B rewind), records a `rewind`
     anomaly at the first differing step and re-detects from there.
     """
+    con.execute("SET enable_progress_bar = false")  # DuckDB draws one on stdout for long queries
     fr = frame(con, run_pk)
     last = _last_step(con, run_pk)
     position, extra = _state(con, fr.run["uid"])
@@ -605,6 +606,7 @@ def detect_incremental(con: duckdb.DuckDBPyConnection, run_pk: int) -> int:
 
 def full_detect(con: duckdb.DuckDBPyConnection, run_pk: int) -> int:
     """Forget this run's detections and score its whole history; returns anomalies stored."""
+    con.execute("SET enable_progress_bar = false")
     con.execute("DELETE FROM anomalies WHERE run_pk = ? AND kind <> 'rewind'", [run_pk])
     con.execute("DELETE FROM sync_state WHERE scope = 'detect' AND name = (SELECT uid FROM runs WHERE run_pk = ?)", [run_pk])
     fr = frame(con, run_pk)

@@ -70,8 +70,9 @@ def _explanation(a: dict[str, Any], recipe: roles_mod.RecipeRoles) -> str:
             return (f"The total parameter norm jumped at step {step}, and {share} of the change in ‖θ‖² comes from the "
                     f"router bias. The router bias is not trained by gradients: {rule}. It only shifts which experts "
                     "each token is sent to; it does not change what any expert computes. This is expected balancing "
-                    "dynamics, not instability — check that loss and grad norm stayed calm (they did unless another "
-                    "finding says otherwise).")
+                    "dynamics, not instability" + (
+                        "; loss and gradient norm stayed calm around it." if d.get("loss_calm") else
+                        " — but loss or gradient norm also moved nearby: see the other findings."))
         if a["cause_class"] == "moe_routing":
             return (f"The total parameter norm jumped at step {step}, driven by the router bias ({share}), and the bias "
                     "moved further than its sign-rule update (±γ per expert per step, at most γ·√E in norm) allows. "
@@ -226,6 +227,10 @@ def explain(con: duckdb.DuckDBPyConnection, target: Target, step: int, metric: s
         found.setdefault(("_lineage", "fork", p["step"]), {
             "step": p["step"], "metric": "_lineage", "kind": "fork", "score": 1.0, "cause_class": "infrastructure",
             "details": {"fork_parent": p["parent"], "fork_step": p["fork_step"], "run": p["run"]}})
+    calm = not any(a["metric"] in (D.LOSS, D.GRAD) for a in found.values())
+    for a in found.values():
+        if a["kind"] == "param_norm_jump":
+            a["details"] = {**a["details"], "loss_calm": calm}
     findings = [_finding(con, target, a, recipe, step) for a in found.values()]
     if metric is not None:
         findings = [f for f in findings if f["metric"] == metric or f["metric"] in ("_lineage", "_step")] or findings

@@ -151,7 +151,9 @@ def render(doc: dict) -> str:
         lines.append(f"  events       none within ±{c.get('event_window', 0):,} steps")
     moved = c.get("moved", [])
     if moved:
-        lines.append("  also moved   " + " · ".join(f"{t(m['metric'])} {_num(m['value'])} vs {_num(m['baseline'])} (z {m['z']:.0f})" for m in moved[:4]))
+        for i, m in enumerate(moved[:4]):
+            lines.append(("  also moved   " if i == 0 else "               ")
+                         + f"{t(m['metric'])}: {_num(m['value'])} vs {_num(m['baseline'])} (z {m['z']:.0f})")
     else:
         lines.append("  also moved   nothing else stood out at this step")
     if doc.get("metric_evidence"):
