@@ -218,3 +218,20 @@ def test_sign_rule_bias_jump_is_not_expected():
     assert cause == "moe_routing"             # 4.9 ≫ γ·√E·10 = 0.08
     qb = roles.RecipeRoles("muonh", "qb", None, 64, "config")
     assert detectors.classify_norm_change(attribution.split(before, after, qb), qb, 10)[0] == "heuristic_parameter"
+
+
+def test_routing_entropy_drop_rolls_up_to_the_layer(store):
+    run = _base()
+    key = "train/router/layer_2/routing_entropy"
+    s, v = run.series[key]
+    v = v.copy()
+    v[(s >= 1500) & (s < 1503)] -= 0.5
+    run.set_values(key, s, v)
+    layers = [run.series[f"train/router/layer_{i}/routing_entropy"][1] for i in range(run.spec.layers)]
+    run.set_values("train/router/routing_entropy_mean", s, np.mean(layers, axis=0))
+    _load(store, run)
+    doc = _explain(store, 1500)
+    top = doc["findings"][0]
+    assert (top["kind"], top["step"], top["cause_class"]) == ("routing_entropy_drop", 1500, "moe_routing")
+    assert top["attribution"][0]["name"] == "train/router/layer_2/routing_entropy"
+    assert top["attribution"][0]["share"] > 0.8

@@ -131,3 +131,14 @@ def test_explain_context_shows_nearby_github_events_inert(qb_store, cli, monkeyp
     code, out, err = cli("explain", "step", "500")
     assert "https://github.com/o/r/issues/1#c1" in out and "\x1b" not in out and "restarted after crash" in out
     assert "loss and gradient norm stayed calm" in out
+
+
+def test_explain_metric_focus_names_the_leaf_role(qb_store, cli, monkeypatch):
+    _use(qb_store, monkeypatch)
+    code, out, err = cli("explain", "step", "500", "--metric", "params/norm/stacked_blocks.1.mlp.router_bias", "--json")
+    assert code == 0, err
+    me = json.loads(out)["metric_evidence"]
+    assert (me["role"], me["module"], me["layer"], me["value"]) == ("heuristic", "router_bias", 1, 30.0)
+    code, out, err = cli("explain", "step", "900", "--metric", "train/loss", "--json")
+    doc = json.loads(out)
+    assert [f["kind"] for f in doc["findings"]] == ["spike"] and doc["metric_evidence"]["z"] > 8

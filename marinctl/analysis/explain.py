@@ -31,6 +31,15 @@ _CONFIDENCE = {"nonfinite": 0.99, "fork": 0.95, "rewind": 0.9, "step_gap": 0.9, 
                "throughput_collapse": 0.8, "hyperball_drift": 0.8, "grad_spike": 0.5, "sustained_rise": 0.6}
 
 
+ROLE_NOTES = {
+    roles_mod.HEURISTIC: "set without gradients by the load-balancing rule (QB replaces it each step, so its norm can jump in one step)",
+    roles_mod.MUONH: "trained by MuonH: its Frobenius norm is held constant (hyperball), so any drift is abnormal",
+    roles_mod.ADAMH: "trained by AdamH: its Frobenius norm is held constant (hyperball), so any drift is abnormal",
+    roles_mod.ADAM: "trained by Adam: its norm may drift slowly, but should not jump",
+    roles_mod.BUFFER: "a buffer, not a trained parameter",
+}
+
+
 def _fmt(x: Any) -> str:
     if isinstance(x, float):
         return f"{x:.4g}"
@@ -247,6 +256,10 @@ def explain(con: duckdb.DuckDBPyConnection, target: Target, step: int, metric: s
     }
     if metric is not None:
         doc["metric_evidence"] = _metric_evidence(con, target, metric, step)
+        if doc["metric_evidence"] is not None and metric.startswith(("params/norm/", "grad/norm/")) and not metric.endswith("/total"):
+            leaf = recipe.role(roles_mod.leaf_path(metric))
+            doc["metric_evidence"].update(role=leaf.role, module=leaf.module, layer=leaf.layer,
+                                          role_note=ROLE_NOTES.get(leaf.role, ""), roles_from=recipe.source)
     return doc
 
 

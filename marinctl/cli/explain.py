@@ -161,4 +161,7 @@ def render(doc: dict) -> str:
         lines.append(f"  {t(me['metric'])} at step {me['step']:,}: {_num(me.get('value'))}"
                      + (f" vs baseline {_num(me.get('baseline'))}" if me.get("baseline") is not None else "")
                      + (f" (robust z {me['z']:.1f})" if isinstance(me.get("z"), float) else ""))
+        if me.get("role_note"):
+            lines.append(f"  {'':13}{me['module'].replace('_', ' ')}, " + (f"layer {me['layer']}: " if me.get("layer") is not None else "")
+                         + me["role_note"])
     return "\n".join(lines) + "\n"
