@@ -235,3 +235,21 @@ def test_routing_entropy_drop_rolls_up_to_the_layer(store):
     assert (top["kind"], top["step"], top["cause_class"]) == ("routing_entropy_drop", 1500, "moe_routing")
     assert top["attribution"][0]["name"] == "train/router/layer_2/routing_entropy"
     assert top["attribution"][0]["share"] > 0.8
+
+
+def test_nan_loss_is_numerics(store):
+    run = _base()
+    run.set_values("train/loss", [1200, 1201], [float("nan"), float("inf")])
+    _load(store, run)
+    doc = _explain(store, 1200)
+    top = doc["findings"][0]
+    assert (top["metric"], top["kind"], top["step"], top["cause_class"]) == ("train/loss", "nonfinite", 1200, "numerics")
+    assert top["evidence"]["count"] == 2
+
+
+def test_empty_run_detects_nothing(store):
+    run = synth.marin_run("synthetic-empty", steps=0)
+    pk = load_into_store(store, [run])["synthetic-empty"]
+    with store.transaction() as con:
+        assert detectors.detect_incremental(con, pk) == 0
+        assert detectors.full_detect(con, pk) == 0
