@@ -1,9 +1,97 @@
-"""Commands for this group (being built; see the issue tracker)."""
+"""`ladder`: fit L(C) = L_inf + A*C^-alpha across the rungs (or a CSV), predict the hero, score it live."""
 
 from __future__ import annotations
 
+from typing import Annotated, Optional
+
 import typer
+
+from marinctl import output
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
+    app.command("ladder", help=(
+        "Fit L(C) = L_inf + A*C^-alpha across the synced ladder rungs (offline: Marin's published v16 isoFLOP "
+        "table; or any CSV of compute,loss[,name]) and predict the hero's loss."))(ladder)
+
+
+def ladder(
+    metric: Annotated[str, typer.Option("--metric", metavar="KEY", help="Metric the rungs logged.")] = "eval/paloma/macro_loss",
+    pin: Annotated[Optional[float], typer.Option("--pin", metavar="L_INF", help="Pin L_inf (Marin pinned 1.6); free when omitted.")] = None,
+    points: Annotated[Optional[str], typer.Option("--points", metavar="CSV", help="Fit a CSV of compute,loss[,name] instead.")] = None,
+    predict: Annotated[Optional[list[float]], typer.Option("--predict", metavar="C", help="Compute (FLOPs) to predict at; repeatable. Default: the hero's 2.7e24.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="JSON output (the contract's shape).")] = False,
+) -> None:
+    from marinctl.analysis import ladder as lad
+    from marinctl.errors import UserError
+
+    predict = list(predict or [lad.HERO_COMPUTE])
+    for c in predict:
+        if not c > 0:
+            raise UserError(f"--predict compute must be positive, not {c}", "e.g. `marinctl ladder --predict 1e21`")
+    source, live = "points", None
+    if points:
+        pts = lad.read_points(points)
+    else:
+        pts, source, live = _rungs_or_published(lad, metric, pin)
+    fit = lad.fit_power_law([p["compute"] for p in pts], [p["loss"] for p in pts], pin)
+    preds = []
+    for c in predict:
+        lo, hi = fit.band(c)
+        preds.append({"compute": c, "loss": float(fit.predict(c)), "lo": float(lo[0]), "hi": float(hi[0])})
+    doc = {"source": source, "metric": metric, "fit": fit.as_dict(), "predictions": preds,
+           "rungs": [{"name": p["name"], "compute": p["compute"], "loss": p["loss"], "fitted": float(fit.predict(p["compute"]))}
+                     for p in pts]}
+    if live:
+        doc.update(live)
+    if json_out:
+        output.print_json(doc)
+        return
+    _render(doc, pts, fit, predict, lad)
+
+
+def _rungs_or_published(lad, metric, pin):
+    """Final metric of each synced rung; else the published v16 isoFLOP table (said so on stderr)."""
+    from marinctl.errors import UserError
+    from marinctl.paths import db_path
+    from marinctl.store import open_store
+
+    rs = []
+    if db_path().exists():
+        with open_store().connect() as con:
+            rs = lad.rung_series(con, metric)
+            if rs and not any(len(r["steps"]) for r in rs):
+                raise UserError(f"no rung logged metric {metric!r}", "list a rung's keys with `marinctl show rung1`")
+            rs = [r for r in rs if len(r["steps"])]
+            if len(rs) >= 3:
+                band = lad.predicted_band(con, metric, pin if pin is not None else 1.6)
+                live = {"hero_band": None if band is None else {k: [float(x) for x in v] for k, v in band.items()},
+                        "hero_deviation": lad.hero_deviation(con, metric, band),
+                        "preregistered_loss": lad.preregistered_loss(con)}
+                pts = [{"name": f"{r['rung']} {r['name']}", "compute": r["compute"], "loss": float(r["values"][-1])} for r in rs]
+                return pts, "rungs", live
+    output.info("offline: no ladder rungs synced; fitting Marin's published v16 isoFLOP optima "
+                "(marin.md 2.3) — the ladder's own final losses are not published")
+    return lad.published_points(), "published-v16-isoflop", None
+
+
+def _render(doc, pts, fit, predict, lad) -> None:
+    from marinctl.text import inert
+
+    print(f"source: {doc['source']}   metric: {inert(doc['metric'])}")
+    output.print_table(["rung", "compute", "loss", "fitted"],
+                       [[inert(r["name"]), f"{r['compute']:.3g}", f"{r['loss']:.4f}", f"{r['fitted']:.4f}"] for r in doc["rungs"]])
+    f = doc["fit"]
+    linf = f"{f['L_inf']:.4f} (pinned)" if f["pinned"] else f"{f['L_inf']:.4f} ± {f['L_inf_err']:.4f}"
+    print(f"\nL(C) = L_inf + A·C^-alpha   L_inf = {linf}   A = {f['A']:.4g} ± {f['A_err']:.2g}   "
+          f"alpha = {f['alpha']:.4f} ± {f['alpha_err']:.4f}")
+    for p in doc["predictions"]:
+        print(f"predicted at C = {p['compute']:.3g}: {p['loss']:.4f}  (leave-one-out band {p['lo']:.4f} – {p['hi']:.4f})")
+    dev = doc.get("hero_deviation")
+    if dev:
+        print(f"hero at step {dev['step']}: {dev['value']:.4f} vs predicted {dev['predicted']:.4f}  ({dev['deviation']:+.2%})")
+    if doc.get("preregistered_loss") is not None:
+        print(f"pre-registered loss: {doc['preregistered_loss']}")
+    print()
+    print(lad.ladder_chart(pts, fit, predict))
