@@ -34,9 +34,11 @@ def sync(
     from marinctl.sync import parse_target, sync_targets
 
     targets = targets or ["marin"]
-    for t in targets:  # validate every target before touching the network or the store
-        parse_target(t)
+    plans = [p for t in targets for p in parse_target(t)]  # validate before touching network or store
     store = open_store()
+    if follow and all(p.kind == "local" for p in plans):
+        _follow_local(store, plans, json_out=json_out)
+        return
     progress = _Progress(enabled=not json_out and sys.stderr.isatty())
     total = {"runs": [], "events_added": 0, "timing": {"total_s": 0.0, "wandb_http_s": 0.0}}
     with acquire_all(store.path, targets, owner="sync"):
@@ -60,6 +62,39 @@ def sync(
         output.print_json(total)
     else:
         _print_human(total)
+
+
+def _follow_local(store, plans, *, json_out: bool) -> None:
+    """Tail local runs record by record (wandb_local.follow) until Ctrl-C."""
+    import threading
+
+    from marinctl.sources import wandb_local
+    from marinctl.store.synclock import acquire_all
+
+    stop = threading.Event()
+
+    def on_update(results: list[dict]) -> None:
+        if json_out:
+            output.print_json({"runs": results, "events_added": 0})
+        else:
+            for r in results:
+                output.info(f"{r['run']}: +{r['rows_added']} rows, last step {r['last_step']}")
+
+    threads = [threading.Thread(target=wandb_local.follow, args=(store, p.path),
+                                kwargs={"stop": stop, "on_update": on_update, "interval": 1.0}, daemon=True)
+               for p in plans]
+    with acquire_all(store.path, [p.raw for p in plans], owner="sync --follow"):
+        for t in threads:
+            t.start()
+        try:
+            while any(t.is_alive() for t in threads):
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=5)
 
 
 def _print_human(report: dict) -> None:

@@ -48,11 +48,15 @@ class Store:
                 return duckdb.connect(str(self.path), read_only=read_only)
             except duckdb.ConnectionException as exc:
                 # This process already holds the file read-write: share that instance.
-                if read_only and "different configuration" in str(exc):
-                    return duckdb.connect(str(self.path), read_only=False)
-                if not _is_lock_error(exc):
+                if "different configuration" in str(exc):
+                    if read_only:
+                        return duckdb.connect(str(self.path), read_only=False)
+                    # Another thread of this process is reading read-only: wait for it to close.
+                    last = exc
+                elif not _is_lock_error(exc):
                     raise
-                last = exc
+                else:
+                    last = exc
             except duckdb.IOException as exc:
                 if not _is_lock_error(exc):
                     raise
@@ -93,6 +97,8 @@ class Store:
         """A short-lived connection. Writers should wrap their work in one transaction."""
         self.ensure_schema()
         con = self._open(read_only=not write)
+        # DuckDB draws a progress bar on stdout for long queries; it would corrupt --json output.
+        con.execute("SET enable_progress_bar = false")
         if write:
             # Bound a big sync's memory: DuckDB spills sorts to disk past this (default 80% of RAM).
             con.execute(f"SET memory_limit = '{os.environ.get('MARINCTL_DB_MEMORY', '512MB')}'")
