@@ -38,7 +38,9 @@ _SURROGATES = re.compile(r"[\ud800-\udfff]")
 _LINE_SEPARATORS = re.compile(r"[\u2028\u2029\x85]")
 
 # Rich opens a tag at '[' followed by [a-z#/@] and closed by ']' with no '[' between.
-_RICH_TAG = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")
+# Every '[' with the backslashes before it. Rich treats them differently when a tag could
+# follow (backslashes pair up) and when not (only '\[' -> '[' is replaced).
+_RICH_TAG = re.compile(r"(\\*)\[(?=([a-z#/@][^[]*?])?)")
 _TRAILING_BACKSLASHES = re.compile(r"(\\+)\Z")
 
 
@@ -79,5 +81,5 @@ def markup_safe(text: object, *, single_line: bool = False, dialect: str = "rich
         return s.replace("[", "\\[")
     if dialect != "rich":
         raise ValueError(f"unknown markup dialect {dialect!r}")
-    s = _RICH_TAG.sub(lambda m: f"{m.group(1)}{m.group(1)}\\{m.group(2)}", s)
+    s = _RICH_TAG.sub(lambda m: (m.group(1) * 2 if m.group(2) else m.group(1)) + "\\[", s)
     return _TRAILING_BACKSLASHES.sub(lambda m: m.group(1) * 2, s)

@@ -111,7 +111,8 @@ def test_known_attacks_are_removed_exactly():
     assert inert(f"{ESC}[2J{ESC}[Hhello") == "hello"
     assert inert("a\r\nb\u2028c") == "a\nb\nc"
     assert inert("bad\ud800surrogate") == "bad\ufffdsurrogate"
-    assert markup_safe("[bold]x[/bold] [1] a\\b") == "\\[bold]x\\[/bold] [1] a\\b"
+    assert markup_safe("[bold]x[/bold] [1] a\\b") == "\\[bold]x\\[/bold] \\[1] a\\b"
+    assert Text.from_markup(markup_safe("[bold]x[/bold] [1] \\[ a\\b"), emoji=False).plain == "[bold]x[/bold] [1] \\[ a\\b"
     assert Text.from_markup("[i]" + markup_safe("c:\\dir\\") + "[/i]", emoji=False).plain == "c:\\dir\\"
     assert unicodedata.category(inert("\u200b")) == "Cf"  # zero-width space is harmless and kept
 
