@@ -299,3 +299,15 @@ async def test_watch_a_local_wandb_dir_end_to_end(store, tmp_path):
         assert keys[:2] == ["train/loss", "grad/norm/total"]
         assert app.view.full_hi == 119
         assert run_id in screen_text(app)
+
+
+async def test_ctrl_c_quits_even_from_the_help_screen(watch_store):
+    """`demo` relies on Ctrl-C ending watch (Textual's default only hints at ctrl+q)."""
+    app = WatchApp("hero", 30, store=watch_store, autosync=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("question_mark")
+        await pilot.pause(0.1)
+        await pilot.press("ctrl+c")
+        await pilot.pause(0.2)
+        assert not app.is_running

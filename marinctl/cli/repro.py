@@ -274,7 +274,7 @@ def _train_and_log(cfg, device: str, seed: int, data: Path | None, quiet: bool, 
 
 @contextmanager
 def _interrupt_on_signals():
-    """Ctrl-C and SIGTERM both raise KeyboardInterrupt inside, so the run (and `demo`) always cleans
+    """Ctrl-C, SIGTERM and SIGHUP all raise KeyboardInterrupt inside, so the run (and `demo`) always cleans
     up — even when started from a shell that set SIGINT to ignored for background jobs."""
     def raise_interrupt(signum, frame):
         raise KeyboardInterrupt
@@ -282,12 +282,15 @@ def _interrupt_on_signals():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.signal(signal.SIGINT, signal.default_int_handler), signal.signal(signal.SIGTERM, raise_interrupt)
+    # SIGHUP too: a closed terminal or tmux window must not orphan the background trainer.
+    old = (signal.signal(signal.SIGINT, signal.default_int_handler), signal.signal(signal.SIGTERM, raise_interrupt),
+           signal.signal(signal.SIGHUP, raise_interrupt))
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, old[0])
         signal.signal(signal.SIGTERM, old[1])
+        signal.signal(signal.SIGHUP, old[2])
 
 
 def demo(

@@ -79,6 +79,7 @@ class WatchApp(App):
     TITLE = "marinctl watch"
     BINDINGS = [
         Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
         Binding("question_mark", "help", "help"),
         Binding("slash", "filter", "filter"),
         Binding("escape", "clear_filter", "clear filter", show=False),
