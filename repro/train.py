@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import torch
 
-from repro.data import PHASE_NAMES, Corpus
+from repro.data import Corpus
 from repro.model import MoEDecoder, flops_per_token
 from repro.optim import Optimizers, lr_multiplier
 from repro.rungs import TrainConfig

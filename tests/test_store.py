@@ -128,3 +128,19 @@ def test_store_lock_conflict_is_reported_not_hung(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_downsample_many_equals_one_key_at_a_time(store):
+    steps = list(range(5000))
+    with store.transaction() as con:
+        pk = upsert_run(con, _run("multi"))
+        M.replace_range(con, pk, _batch(steps, "a", [float(s % 97) for s in steps]), 0, 5000)
+        M.replace_range(con, pk, _batch(steps[::10], "b", [float(s) ** 0.5 for s in steps[::10]]), 0, 5000)
+    with store.connect() as con:
+        many = M.downsample_many(con, [(pk, None, None)], ["a", "b", "missing"], 100, 4900, 37)
+        assert set(many) == {"a", "b"}
+        for key in ("a", "b"):
+            one = M.downsample(con, [(pk, None, None)], key, 100, 4900, 37)
+            for field in ("step_lo", "step_hi", "vmin", "vmax", "first", "last", "count", "step_of_max"):
+                np.testing.assert_array_equal(getattr(many[key], field), getattr(one, field))
+        assert len(M.downsample(con, [(pk, None, None)], "missing", 0, 10, 5)) == 0

@@ -92,7 +92,7 @@ def watch_steps(con: duckdb.DuckDBPyConnection, segments, total_key: str, around
     kid = M.key_id(con, total_key)
     if kid is None:
         return None, None
-    where, params = M._segment_filter(segments)
+    where, params = M.segment_filter(segments)
     row = con.execute(
         f"SELECT max(step) FILTER (WHERE step < ?), min(step) FILTER (WHERE step >= ?) FROM metrics"
         f" WHERE key_id = ? AND step BETWEEN ? AND ? AND {where}",
@@ -104,7 +104,7 @@ def leaf_values(con: duckdb.DuckDBPyConnection, segments, prefix: str, steps: Se
     """Every `<prefix><leaf>` value (not `total`) logged at the given steps."""
     if not steps:
         return {}
-    where, params = M._segment_filter(segments)
+    where, params = M.segment_filter(segments)
     marks = ",".join("?" * len(steps))
     rows = con.execute(
         f"SELECT m.step, k.key, m.value FROM metrics m JOIN metric_keys k USING (key_id)"
@@ -134,7 +134,7 @@ def attribute(con: duckdb.DuckDBPyConnection, segments, roles: RecipeRoles, step
 def router_layers(con: duckdb.DuckDBPyConnection, segments, metric: str, step: int, baseline: int = 100) -> list[dict[str, Any]]:
     """Per-layer `train/router/layer_i/<metric>`: value at `step` vs the median of the previous
     `baseline` steps, and each layer's share of the summed deviation (largest first)."""
-    where, params = M._segment_filter(segments)
+    where, params = M.segment_filter(segments)
     rows = con.execute(
         f"SELECT k.key, m.step, m.value FROM metrics m JOIN metric_keys k USING (key_id)"
         f" WHERE starts_with(k.key, 'train/router/layer_') AND ends_with(k.key, ?) AND m.step BETWEEN ? AND ?"

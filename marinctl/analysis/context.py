@@ -115,7 +115,7 @@ def eval_steps(con: duckdb.DuckDBPyConnection, target, step: int, window: int) -
     ids = [r[0] for r in con.execute("SELECT key_id FROM metric_keys WHERE starts_with(key, 'eval/')").fetchall()]
     if not ids:
         return []
-    where, params = M._segment_filter(target.segments)
+    where, params = M.segment_filter(target.segments)
     rows = con.execute(
         f"SELECT DISTINCT step FROM metrics WHERE key_id IN ({','.join('?' * len(ids))}) AND step BETWEEN ? AND ? AND {where} ORDER BY step",
         [*ids, step - window, step + window, *params]).fetchall()
@@ -158,7 +158,7 @@ def moved_metrics(con: duckdb.DuckDBPyConnection, target, step: int, exclude: se
                   limit: int = 8) -> list[dict[str, Any]]:
     """Keys whose value at `step` (or their last logged step within 9 before) sits far from the
     median of their previous points (robust z over up to `MOVED_WINDOW` steps)."""
-    where, params = M._segment_filter(target.segments)
+    where, params = M.segment_filter(target.segments)
     rows = con.execute(f"""
         WITH d AS (SELECT key_id, step, value FROM metrics WHERE step BETWEEN ? AND ? AND {where} AND isfinite(value)),
         cur AS (SELECT key_id, max(step) AS s, arg_max(value, step) AS v FROM d WHERE step >= ? GROUP BY key_id),

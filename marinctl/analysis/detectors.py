@@ -143,19 +143,12 @@ def frame(con: duckdb.DuckDBPyConnection, run_pk: int) -> RunFrame:
 
 # --- reading ---------------------------------------------------------------------------------
 
-def _key_ids(con: duckdb.DuckDBPyConnection, keys: Sequence[str]) -> dict[str, int]:
-    if not keys:
-        return {}
-    rows = con.execute(f"SELECT key, key_id FROM metric_keys WHERE key IN ({','.join('?' * len(keys))})", list(keys)).fetchall()
-    return dict(rows)
-
-
 def read(con: duckdb.DuckDBPyConnection, segments, keys: Sequence[str], lo: int, hi: int | None) -> pa.Table:
     """Long (key, step, value) for `keys` over the segments in [lo, hi): one scan of `metrics`."""
-    ids = _key_ids(con, keys)
+    ids = M.key_ids(con, keys)
     if not ids:
         return pa.table({"key": pa.array([], pa.string()), "step": pa.array([], pa.int64()), "value": pa.array([], pa.float64())})
-    where, params = M._segment_filter(segments)
+    where, params = M.segment_filter(segments)
     sql = (f"SELECT k.key, m.step, m.value FROM metrics m JOIN metric_keys k USING (key_id)"
            f" WHERE m.key_id IN ({','.join('?' * len(ids))}) AND m.step >= ?"
            + (" AND m.step < ?" if hi is not None else "")
@@ -362,7 +355,7 @@ def timing(con, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner) -> list[A
 
 
 def nonfinite(con, fr: RunFrame, emit_lo, emit_hi, owner) -> list[Anomaly]:
-    where, params = M._segment_filter(fr.segments)
+    where, params = M.segment_filter(fr.segments)
     rows = con.execute(
         f"SELECT k.key, min(m.step), count(*), any_value(m.value) FROM metrics m JOIN metric_keys k USING (key_id)"
         f" WHERE m.step >= ? {'AND m.step < ?' if emit_hi is not None else ''} AND NOT isfinite(m.value)"
@@ -382,10 +375,10 @@ def hyperball_leaves(con, fr: RunFrame) -> list[str]:
 
 def hyperball_refs(con, fr: RunFrame, leaves: Sequence[str]) -> dict[str, tuple[int, float]]:
     """Each hyperball leaf's first logged (step, value) in the lineage: the sphere's radius."""
-    ids = _key_ids(con, leaves)
+    ids = M.key_ids(con, leaves)
     if not ids:
         return {}
-    where, params = M._segment_filter(fr.segments)
+    where, params = M.segment_filter(fr.segments)
     rows = con.execute(
         f"SELECT k.key, min(m.step), arg_min(m.value, m.step) FROM metrics m JOIN metric_keys k USING (key_id)"
         f" WHERE m.key_id IN ({','.join('?' * len(ids))}) AND isfinite(m.value)"

@@ -209,7 +209,7 @@ def explain(con: duckdb.DuckDBPyConnection, target: Target, step: int, metric: s
     """The contract's `explain step N --json` document for `target` at `step`."""
     lo, hi = _bounds(con, target)
     if lo is None:
-        raise UserError(f"{target.name} has no history stored yet", f"mirror it with `marinctl sync` first")
+        raise UserError(f"{target.name} has no history stored yet", "mirror it with `marinctl sync` first")
     if step < lo or step > hi:
         raise UserError(f"step {step} is outside {target.name}'s history ({lo:,}–{hi:,})",
                         f"try `marinctl explain step {min(max(step, lo), hi)}`")

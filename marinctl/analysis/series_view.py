@@ -223,7 +223,7 @@ def panel_keys(con: duckdb.DuckDBPyConnection, target: Target, pattern: str | No
         rx = re.compile(pattern)
         keys = list(all_keys) if all_keys is not None else M.run_keys(con, target.run_pks)
         return [k for k in keys if rx.search(k) and not k.startswith("_")]
-    ids = key_ids(con, DEFAULT_PANELS)
+    ids = M.key_ids(con, DEFAULT_PANELS)
     if not ids:
         return []
     marks = ",".join("?" * len(target.run_pks))
@@ -246,56 +246,19 @@ def has_data(con: duckdb.DuckDBPyConnection, target: Target, key: str) -> bool:
 
 def key_step_range(con: duckdb.DuckDBPyConnection, target: Target, keys: Sequence[str]) -> tuple[int | None, int | None]:
     """First and last step of these keys over the target (key-filtered, so zone maps skip the rest)."""
-    ids = list(key_ids(con, keys).values())
+    ids = list(M.key_ids(con, keys).values())
     if not ids:
         return None, None
-    where, params = M._segment_filter(target.segments)
+    where, params = M.segment_filter(target.segments)
     row = con.execute(f"SELECT min(step), max(step) FROM metrics WHERE key_id IN ({','.join('?' * len(ids))}) AND {where}",
                       [*ids, *params]).fetchall()[0]
     return row[0], row[1]
 
 
-def key_ids(con: duckdb.DuckDBPyConnection, keys: Sequence[str]) -> dict[str, int]:
-    if not keys:
-        return {}
-    rows = con.execute(f"SELECT key, key_id FROM metric_keys WHERE key IN ({','.join('?' * len(keys))})", list(keys)).fetchall()
-    return dict(rows)
-
-
 def envelopes(con: duckdb.DuckDBPyConnection, target: Target, keys: Sequence[str], lo: int, hi: int,
               buckets: int) -> dict[str, M.Envelope]:
-    """Min/max envelopes of several keys over steps [lo, hi] in ONE scan.
-
-    Same buckets as `store.metrics.downsample` (width (hi+1-lo)/buckets, every finite value
-    in exactly one bucket's min/max: spikes survive), but one query for all panels:
-    at hero scale eight separate `downsample` calls cost ~280 ms, this ~80-150 ms.
-    """
-    ids = key_ids(con, keys)
-    out: dict[str, M.Envelope] = {}
-    hi_x = hi + 1
-    if not ids or hi_x <= lo:
-        return out
-    width = max(1.0, (hi_x - lo) / max(1, int(buckets)))
-    where, params = M._segment_filter(target.segments)
-    res = con.execute(
-        f"""SELECT key_id, CAST(floor((step - ?) / ?) AS BIGINT) AS b, min(step), max(step),
-               min(value) FILTER (WHERE isfinite(value)), max(value) FILTER (WHERE isfinite(value)),
-               avg(value) FILTER (WHERE isfinite(value)), count(*), count(*) FILTER (WHERE NOT isfinite(value))
-            FROM metrics WHERE key_id IN ({','.join('?' * len(ids))}) AND step >= ? AND step < ? AND {where}
-            GROUP BY ALL ORDER BY 1, 2""",
-        [lo, width, *ids.values(), lo, hi_x, *params]).fetchall()
-    by_id: dict[int, list] = {}
-    for row in res:
-        by_id.setdefault(row[0], []).append(row)
-    for key, kid in ids.items():
-        rows = by_id.get(kid, [])
-        cols = list(zip(*rows)) if rows else [[] for _ in range(9)]
-        f = lambda i: np.array([np.nan if v is None else v for v in cols[i]], dtype=np.float64)  # noqa: E731
-        nan = np.full(len(rows), np.nan)
-        out[key] = M.Envelope(step_lo=f(2), step_hi=f(3), vmin=f(4), vmax=f(5), first=nan, last=nan, mean=f(6),
-                              count=np.array(cols[7], dtype=np.int64), nonfinite=np.array(cols[8], dtype=np.int64),
-                              step_of_max=nan, step_of_min=nan)
-    return out
+    """Min/max envelopes of several keys over steps [lo, hi] (inclusive) in one scan."""
+    return M.downsample_many(con, target.segments, keys, lo, hi + 1, buckets)
 
 
 def load_panel(con: duckdb.DuckDBPyConnection, target: Target, key: str, lo: int, hi: int, *,
@@ -434,11 +397,11 @@ def last_values(con: duckdb.DuckDBPyConnection, target: Target, keys: Sequence[s
     """{key: (step, value)} of the newest finite value of each key (at or after `since`, if given)."""
     if not keys:
         return {}
-    ids = key_ids(con, keys)
+    ids = M.key_ids(con, keys)
     if not ids:
         return {}
     names = {v: k for k, v in ids.items()}
-    where, params = M._segment_filter(target.segments)
+    where, params = M.segment_filter(target.segments)
     rows = con.execute(
         f"SELECT key_id, max(step), arg_max(value, step) FROM metrics WHERE key_id IN ({','.join('?' * len(ids))})"
         f" AND isfinite(value) AND step >= ? AND {where} GROUP BY key_id",

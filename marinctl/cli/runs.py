@@ -113,7 +113,7 @@ def export(
             missing = [k for k in key_list if k not in known]
             if missing:
                 raise UserError(f"unknown metric key(s): {', '.join(missing)}",
-                                f"list keys with `marinctl sql \"SELECT key FROM metric_keys\"`")
+                                "list keys with `marinctl sql \"SELECT key FROM metric_keys\"`")
         sql_text, params = export_relation_sql(target.segments, key_list)
         if fmt == "parquet":
             out.parent.mkdir(parents=True, exist_ok=True)

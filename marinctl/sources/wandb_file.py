@@ -367,7 +367,6 @@ def _decode_with_sentinels(payloads: list, RecCols):
     returns None when the layout is not the plain 0.31 one, so the caller falls back.
     """
     import numpy as np
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     merged = RecCols()

@@ -10,7 +10,6 @@ groups, which is what makes per-series queries skip the rest of a 84M-row table.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -133,6 +132,15 @@ def key_id(con: duckdb.DuckDBPyConnection, key: str) -> int | None:
     return row[0][0] if row else None
 
 
+def key_ids(con: duckdb.DuckDBPyConnection, keys: Sequence[str]) -> dict[str, int]:
+    """{key: key_id} for the keys the store knows (unknown keys are left out)."""
+    if not keys:
+        return {}
+    rows = con.execute(f"SELECT key, key_id FROM metric_keys WHERE key IN ({','.join('?' * len(keys))})",
+                       list(keys)).fetchall()
+    return dict(rows)
+
+
 def run_keys(con: duckdb.DuckDBPyConnection, run_pks: Sequence[int]) -> list[str]:
     """Keys a run (or lineage) logged, sorted."""
     if not run_pks:
@@ -150,7 +158,7 @@ def run_keys(con: duckdb.DuckDBPyConnection, run_pks: Sequence[int]) -> list[str
 Segment = tuple[int, int | None, int | None]  # (run_pk, lo inclusive or None, hi exclusive or None)
 
 
-def _segment_filter(segments: Sequence[Segment]) -> tuple[str, list]:
+def segment_filter(segments: Sequence[Segment]) -> tuple[str, list]:
     clauses, params = [], []
     for run_pk, lo, hi in segments:
         c = "(run_pk = ?"
@@ -176,7 +184,7 @@ def series(
     kid = key_id(con, key)
     if kid is None or not segments:
         return np.empty(0, np.int64), np.empty(0, np.float64)
-    where, params = _segment_filter(segments)
+    where, params = segment_filter(segments)
     sql = f"SELECT step, value FROM metrics WHERE key_id = ? AND {where}"
     params = [kid, *params]
     if lo is not None:
@@ -222,15 +230,28 @@ def downsample(
     Never samples: every finite value lands in exactly one bucket's min/max, so a one-step
     spike anywhere in 400k steps survives at every zoom. Non-finite values are counted.
     """
-    empty = np.empty(0)
-    kid = key_id(con, key)
-    if kid is None or not segments or hi <= lo:
-        return Envelope(*(empty,) * 11)
-    buckets = max(1, int(buckets))
-    width = max(1.0, (hi - lo) / buckets)
-    where, params = _segment_filter(segments)
+    return downsample_many(con, segments, [key], lo, hi, buckets).get(key, _empty_envelope())
+
+
+def downsample_many(
+    con: duckdb.DuckDBPyConnection,
+    segments: Sequence[Segment],
+    keys: Sequence[str],
+    lo: int,
+    hi: int,
+    buckets: int,
+) -> dict[str, Envelope]:
+    """`downsample` for several keys in ONE scan (a chart grid: ~2-3x cheaper than one query per key).
+
+    Keys the store does not know are absent from the result.
+    """
+    ids = key_ids(con, keys)
+    if not ids or not segments or hi <= lo:
+        return {}
+    width = max(1.0, (hi - lo) / max(1, int(buckets)))
+    where, params = segment_filter(segments)
     sql = f"""
-        SELECT b,
+        SELECT key_id, b,
                min(step), max(step),
                min(value) FILTER (WHERE isfinite(value)),
                max(value) FILTER (WHERE isfinite(value)),
@@ -240,30 +261,45 @@ def downsample(
                arg_max(step, value) FILTER (WHERE isfinite(value)),
                arg_min(step, value) FILTER (WHERE isfinite(value))
         FROM (
-            SELECT step, value, CAST(floor((step - ?) / ?) AS BIGINT) AS b
+            SELECT key_id, step, value, CAST(floor((step - ?) / ?) AS BIGINT) AS b
             FROM metrics
-            WHERE key_id = ? AND step >= ? AND step < ? AND {where}
+            WHERE key_id IN ({','.join('?' * len(ids))}) AND step >= ? AND step < ? AND {where}
         )
-        GROUP BY b ORDER BY b
+        GROUP BY key_id, b ORDER BY key_id, b
     """
-    res = con.execute(sql, [lo, width, kid, lo, hi, *params]).fetchall()
-    cols = list(zip(*res)) if res else [[] for _ in range(12)]
-    f = lambda i: np.array([np.nan if v is None else v for v in cols[i]], dtype=np.float64)  # noqa: E731
-    return Envelope(
-        step_lo=f(1), step_hi=f(2), vmin=f(3), vmax=f(4), first=f(5), last=f(6), mean=f(7),
-        count=np.array(cols[8], dtype=np.int64), nonfinite=np.array(cols[9], dtype=np.int64),
-        step_of_max=f(10), step_of_min=f(11),
-    )
+    res = con.execute(sql, [lo, width, *ids.values(), lo, hi, *params]).fetchall()
+    by_id: dict[int, list] = {}
+    for row in res:
+        by_id.setdefault(row[0], []).append(row)
+    out: dict[str, Envelope] = {}
+    for key, kid in ids.items():
+        rows = by_id.get(kid)
+        if not rows:
+            out[key] = _empty_envelope()
+            continue
+        cols = list(zip(*rows))
+        f = lambda i: np.array([np.nan if v is None else v for v in cols[i]], dtype=np.float64)  # noqa: E731
+        out[key] = Envelope(
+            step_lo=f(2), step_hi=f(3), vmin=f(4), vmax=f(5), first=f(6), last=f(7), mean=f(8),
+            count=np.array(cols[9], dtype=np.int64), nonfinite=np.array(cols[10], dtype=np.int64),
+            step_of_max=f(11), step_of_min=f(12),
+        )
+    return out
+
+
+def _empty_envelope() -> Envelope:
+    empty = np.empty(0)
+    return Envelope(*(empty,) * 9, step_of_max=empty, step_of_min=empty)
 
 
 def step_range(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment]) -> tuple[int | None, int | None]:
-    where, params = _segment_filter(segments)
+    where, params = segment_filter(segments)
     return tuple(con.execute(f"SELECT min(step), max(step) FROM metrics WHERE {where}", params).fetchall()[0])
 
 
 def export_relation_sql(segments: Sequence[Segment], keys: Sequence[str] | None) -> tuple[str, list]:
     """SQL for long rows (step, key, value) sorted by step then key — the export contract."""
-    where, params = _segment_filter(segments)
+    where, params = segment_filter(segments)
     sql = (
         "SELECT m.step, k.key, m.value FROM metrics m JOIN metric_keys k USING (key_id)"
         f" WHERE {where.replace('run_pk', 'm.run_pk').replace('step', 'm.step')}"
@@ -272,7 +308,3 @@ def export_relation_sql(segments: Sequence[Segment], keys: Sequence[str] | None)
         sql += f" AND k.key IN ({','.join('?' * len(keys))})"
         params = [*params, *keys]
     return sql + " ORDER BY m.step, k.key", params
-
-
-def finite_or_none(x: float) -> float | None:
-    return x if x is not None and math.isfinite(x) else None
