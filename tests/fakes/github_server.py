@@ -300,6 +300,9 @@ def _handler(gh: FakeGitHub):
 
         def _send(self, status: int, payload: Any, *, extra: dict[str, str] | None = None, body: bytes | None = None) -> None:
             data = b"" if status == 304 else (body if body is not None else json.dumps(payload).encode())
+            # Record before answering: a client that has its reply must find the request counted.
+            with gh.lock:
+                gh.requests.append((self.path, status, len(data)))
             self.send_response(status)
             self.send_header("Content-Type", "application/json; charset=utf-8")
             self.send_header("Content-Length", str(len(data)))
@@ -313,7 +316,5 @@ def _handler(gh: FakeGitHub):
             self.end_headers()
             if data:
                 self.wfile.write(data)
-            with gh.lock:
-                gh.requests.append((self.path, status, len(data)))
 
     return Handler
