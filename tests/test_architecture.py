@@ -1,0 +1,212 @@
+"""The house rules in ARCHITECTURE.md, read from that file and checked against every import.
+
+The layers table is the rule: each file belongs to the layer whose `where` names it (longest
+match), and every `import` in it — at module level or inside a function — may name only the
+layers its row allows. Third-party packages in a row's last column are imported by the layers
+whose row names them and by no other. The rooms list must name every module that exists and
+nothing that does not. Writing SQL, naming a stored table in SQL, and printing are confined to
+the layers ARCHITECTURE.md gives them.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "ARCHITECTURE.md"
+PACKAGES = ("marinctl", "repro")
+MAX_LINES = 600
+TABLES = ("runs", "metrics", "metric_keys", "sync_state", "events", "anomalies", "repo_files", "schema_migrations")
+SQL_WRITE = re.compile(
+    r"\b(INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|"
+    r"CREATE\s+(OR\s+REPLACE\s+)?(TEMP\s+|TEMPORARY\s+)?(TABLE|VIEW|INDEX|SEQUENCE)|DROP\s+(TABLE|VIEW|INDEX|SEQUENCE)|ALTER\s+TABLE)\b"
+)
+SQL_TABLE = re.compile(r"\b(FROM|JOIN|INTO|UPDATE)\s+(" + "|".join(TABLES) + r")\b")
+QUIET_LAYERS = ("ground", "sources", "store", "analysis", "sync")
+
+
+# --- reading ARCHITECTURE.md ---------------------------------------------------------------
+
+@lru_cache(maxsize=1)
+def layers() -> dict[str, dict]:
+    """{layer: {"where": [...], "may": {...}, "third": {...}}} from the layers table."""
+    text = DOC.read_text()
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    out = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or cells[0] in ("layer", "") or set(cells[0]) <= {"-"}:
+            continue
+        name, where, may, third = cells
+        out[name] = {
+            "where": re.findall(r"`([^`]+)`", where),
+            "may": {m.strip() for m in may.split(",") if m.strip() and not m.strip().startswith("(")},
+            "third": {t.strip() for t in third.split(",") if t.strip()},
+        }
+    assert out, "ARCHITECTURE.md has no layers table"
+    return out
+
+
+def rooms() -> set[str]:
+    text = DOC.read_text()
+    section = text.split("## Rooms", 1)[1].split("\n## ", 1)[0] if "## Rooms" in text else ""
+    return set(re.findall(r"^\s*-\s+`([^`]+)`", section, re.M))
+
+
+def layer_of(rel: str) -> str | None:
+    best, best_len = None, -1
+    for name, spec in layers().items():
+        for where in spec["where"]:
+            if (rel == where or (where.endswith("/") and rel.startswith(where))) and len(where) > best_len:
+                best, best_len = name, len(where)
+    return best
+
+
+# --- reading the code ------------------------------------------------------------------------
+
+def source_files() -> list[Path]:
+    files = []
+    for pkg in PACKAGES:
+        files += [p for p in (ROOT / pkg).rglob("*.py") if "__pycache__" not in p.parts]
+    return sorted(files)
+
+
+def module_file(module: str) -> str | None:
+    """The repository path of a dotted module name inside this repo, if it is one."""
+    parts = module.split(".")
+    if parts[0] not in PACKAGES:
+        return None
+    base = ROOT.joinpath(*parts)
+    if base.with_suffix(".py").is_file():
+        return base.with_suffix(".py").relative_to(ROOT).as_posix()
+    if (base / "__init__.py").is_file():
+        return (base / "__init__.py").relative_to(ROOT).as_posix()
+    return None
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """(line, dotted module) for every import in the file, nested ones included."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    rel = path.relative_to(ROOT)
+    package = list(rel.with_suffix("").parts[:-1]) if rel.name != "__init__.py" else list(rel.parts[:-1])
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            found.append((node.lineno, mod))
+            for alias in node.names:  # `from marinctl import paths` imports the module marinctl.paths
+                if module_file(f"{mod}.{alias.name}"):
+                    found.append((node.lineno, f"{mod}.{alias.name}"))
+    return found
+
+
+def strings(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            out.append((node.lineno, node.value))
+        elif isinstance(node, ast.JoinedStr):
+            out.append((node.lineno, "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)))
+    return out
+
+
+def rel(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+# --- the rules ---------------------------------------------------------------------------------
+
+def test_every_file_has_a_layer():
+    assert [rel(p) for p in source_files() if layer_of(rel(p)) is None] == []
+
+
+def test_imports_follow_the_layers():
+    offenders = []
+    for path in source_files():
+        mine = layer_of(rel(path))
+        allowed = layers()[mine]["may"] | {mine}
+        for line, mod in imports(path):
+            target = module_file(mod)
+            if target is None:
+                if mod.split(".")[0] in PACKAGES:
+                    target = f"{mod.split('.')[0]}/__init__.py"
+                else:
+                    continue
+            theirs = layer_of(target)
+            if theirs not in allowed:
+                offenders.append(f"{rel(path)}:{line} ({mine}) imports {mod} ({theirs})")
+    assert offenders == [], "\n".join(offenders)
+
+
+def test_third_party_packages_stay_in_their_layers():
+    owners: dict[str, set[str]] = {}
+    for name, spec in layers().items():
+        for pkg in spec["third"]:
+            owners.setdefault(pkg, set()).add(name)
+    offenders = []
+    for path in source_files():
+        mine = layer_of(rel(path))
+        for line, mod in imports(path):
+            top = mod.split(".")[0]
+            if top in owners and mine not in owners[top]:
+                offenders.append(f"{rel(path)}:{line} ({mine}) imports {mod} (only {', '.join(sorted(owners[top]))})")
+    assert offenders == [], "\n".join(offenders)
+
+
+def test_sql_writes_and_table_names_only_in_the_store():
+    offenders = []
+    for path in source_files():
+        if rel(path).startswith("marinctl/store/"):
+            continue
+        for line, text in strings(path):
+            if "marinctl sql" in text:   # a hint naming a command the user can run
+                continue
+            if SQL_WRITE.search(text) or SQL_TABLE.search(text):
+                offenders.append(f"{rel(path)}:{line}: {' '.join(text.split())[:90]}")
+    assert offenders == [], "\n".join(offenders)
+
+
+def test_quiet_layers_do_not_print():
+    offenders = []
+    for path in source_files():
+        if layer_of(rel(path)) not in QUIET_LAYERS:
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("print", "input"):
+                offenders.append(f"{rel(path)}:{node.lineno}: {node.func.id}()")
+            if (isinstance(node, ast.Attribute) and node.attr in ("stdout", "stderr")
+                    and isinstance(node.value, ast.Name) and node.value.id == "sys"):
+                offenders.append(f"{rel(path)}:{node.lineno}: sys.{node.attr}")
+    assert offenders == [], "\n".join(offenders)
+
+
+def test_no_source_file_over_the_limit():
+    long = [f"{rel(p)}: {n}" for p in source_files() if (n := len(p.read_text().splitlines())) > MAX_LINES]
+    assert long == [], long
+
+
+def test_rooms_list_every_module_and_nothing_else():
+    listed = rooms()
+    existing = {rel(p) for p in source_files()}
+    missing = sorted(existing - listed)
+    ghosts = sorted(p for p in listed if not (ROOT / p).exists())
+    assert (missing, ghosts) == ([], []), f"not in ARCHITECTURE.md: {missing}; listed but absent: {ghosts}"
+
+
+@pytest.mark.parametrize("probe", ["marinctl/store/x.py", "marinctl/tui/widgets/x.py", "repro/x.py", "marinctl/numbers.py"])
+def test_layer_lookup(probe):
+    """The table resolves nested folders and single files (a guard on the parser itself)."""
+    assert layer_of(probe) is not None
