@@ -21,7 +21,10 @@ import duckdb
 from marinctl.errors import RuntimeFailure
 from marinctl.store import schema
 
-__all__ = ["Store", "open_store"]
+__all__ = ["Connection", "Store", "open_store"]
+
+# What store functions take and return; other layers name it in type hints without importing duckdb.
+Connection = duckdb.DuckDBPyConnection
 
 _LOCK_WORDS = ("lock", "Conflicting", "being used")
 
