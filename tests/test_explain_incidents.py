@@ -278,8 +278,8 @@ def test_restart_gap_is_infrastructure(cli, world, name):
 
 
 @pytest.mark.parametrize("name", [
-    case("gap", "issue 18 #3: the first params/norm/total delta after the 90-step gap (1190 -> 1290) is reported "
-         "as param_norm_jump/optimizer at 1290 though its per-step rate is normal"),
+    case("gap", "issue 18 #3: the first params/norm/total delta after the 90-step gap (watch steps 1190 -> 1290) "
+         "is reported as param_norm_jump/optimizer at 1290 though its per-step rate is normal"),
     case("sparse-gap", "issue 18 #3/#5: every-10-steps logging: step_gap/infrastructure is reported at every "
          "logged step (293 rows, '9 steps are missing'), not once for the restart"),
 ])
