@@ -5,9 +5,12 @@ per step and ~600 norm keys every 10 steps (~85M values), with a QB router-bias 
 500 and a loss spike at step 250,000. Built once and cached (default /tmp/marinctl-bench/).
 
 Targets (issue 6): explain ≤ 1 s wall; full detection ≤ 30 s; incremental detection per
-1,000 new steps ≤ 0.5 s. Printed side by side with the measured figures.
+1,000 new steps ≤ 0.5 s. Issue 18: `marinctl explain step N --json` as a new process ≤ 0.5 s,
+timed side by side with a baseline process (`marinctl runs --json` on the same store: interpreter,
+CLI import and store open, nothing analysed), interleaved `--repeat` times, medians reported.
+Printed side by side with the measured figures.
 
-    /tmp/venv/bin/python bench/bench_explain.py [--steps 400000] [--cache DIR] [--rebuild]
+    .venv/bin/python bench/bench_explain.py [--steps 400000] [--cache DIR] [--rebuild] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=400_000)
     ap.add_argument("--cache", default="/tmp/marinctl-bench")
     ap.add_argument("--rebuild", action="store_true")
+    ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
@@ -110,16 +114,28 @@ def main() -> None:
         note = f"top: {top['kind']} {top['cause_class']}" if top else "no findings"
         figures.append((f"explain step {step:,} (in-process)", dt, 1.0, note))
     env = {**os.environ, "MARINCTL_HOME": str(cache), "PYTHONPATH": str(ROOT)}
-    t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "marinctl", "--db", str(work), "explain", "step", "500"],
-                          capture_output=True, text=True, env=env, timeout=120)
-    dt = time.perf_counter() - t
-    figures.append(("`marinctl explain step 500` (new process)", dt, 1.0, f"exit {proc.returncode}"))
+
+    def process(*argv: str) -> tuple[float, subprocess.CompletedProcess]:
+        t = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "marinctl", "--db", str(work), *argv],
+                              capture_output=True, text=True, env=env, timeout=120)
+        return time.perf_counter() - t, done
+
+    base_t, explain_t, proc = [], [], None
+    for _ in range(args.repeat):   # interleaved, so load on a shared machine hits both alike
+        dt, _done = process("runs", "--json")
+        base_t.append(dt)
+        dt, proc = process("explain", "step", "500", "--json")
+        explain_t.append(dt)
+    base_med, explain_med = float(np.median(base_t)), float(np.median(explain_t))
+    figures.append(("baseline: `marinctl runs --json` (new process)", base_med, 0.5, f"median of {args.repeat}"))
+    figures.append(("`marinctl explain step 500 --json` (new process)", explain_med, 0.5,
+                    f"exit {proc.returncode}; {explain_med / base_med:.2f}× baseline, +{explain_med - base_med:.3f} s"))
 
     print(f"\nSYNTHETIC hero-scale store: {args.steps:,} steps, {rows:,} values\n")
-    print(f"{'measure':<44} {'seconds':>8} {'target':>7} {'ratio':>6}  note")
+    print(f"{'measure':<52} {'seconds':>8} {'target':>7} {'ratio':>6}  note")
     for name, sec, target, note in figures:
-        print(f"{name:<44} {sec:8.3f} {target:7.1f} {sec / target:6.2f}  {note}")
+        print(f"{name:<52} {sec:8.3f} {target:7.1f} {sec / target:6.2f}  {note}")
     if proc.returncode != 0:
         print(proc.stderr)
     work.unlink(missing_ok=True)

@@ -260,6 +260,11 @@ def lr_schedule(steps: np.ndarray, peak: float, total: int, warmup: float, min_r
     return np.where(s < w, up, down)
 
 
+def loss_level(spec: RunSpec, steps: np.ndarray) -> np.ndarray:
+    """The noiseless training-loss curve every run follows (incidents reshape loss relative to it)."""
+    return spec.loss_floor + 70.0 * (np.asarray(steps, dtype=np.float64) + 50.0) ** -0.5
+
+
 def norm_leaves(layers: int) -> list[tuple[str, float]]:
     out = [(f"stacked_blocks.{i}.{leaf}", base) for i in range(layers) for leaf, base in LAYER_LEAVES.items()]
     return out + list(GLOBAL_LEAVES.items())
@@ -290,7 +295,7 @@ def generate_series(spec: RunSpec, lo: int, hi: int, *, t_start: float, created:
     put("throughput/total_tokens", (s + 1.0) * spec.tokens_per_step)
 
     # loss: decaying power law plus noise, floor shrinking with width
-    base = spec.loss_floor + 70.0 * (s + 50.0) ** -0.5
+    base = loss_level(spec, s)
     loss = base * (1.0 + 0.01 * noise("train/loss"))
     z = 1e-4 * (1.0 + 0.1 * np.abs(noise("train/router/router_z_loss")))
     put("train/loss", loss)
