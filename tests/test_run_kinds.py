@@ -17,7 +17,7 @@ import pytest
 
 from tests.blackbox import cli_json, parse_number, run_cli
 from tests.run_kinds import KINDS, REPRO_ID, RUNG_ID, SCHEDULES, kinds_home, local_wandb_dir
-from tests.watch_pilot import SIZE, header, open_watch, settle
+from tests.watch_pilot import header, open_watch, run_test, settle
 
 XF_REPRO = pytest.mark.xfail(strict=True, reason="issue 14 #2: the repro run is described with the published "
                                                  "rung1 schedule, not its own config")
@@ -133,7 +133,7 @@ async def test_watch_header_uses_the_runs_own_schedule(home, kind):
     run = KINDS[kind]
     sched = SCHEDULES[run]
     app = open_watch(home / "marinctl.duckdb", run)
-    async with app.run_test(size=SIZE) as pilot:
+    async with run_test(app) as pilot:
         text = header(await settle(pilot))
     assert f"{sched['last']:,} / {sched['total']:,}" in text, text
     assert "11,420" not in text

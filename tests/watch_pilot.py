@@ -21,6 +21,11 @@ def open_watch(store_path: Path, target: str | None = None, *, interval: float =
     return WatchApp(target, interval, store=Store(Path(store_path)), autosync=autosync)
 
 
+def run_test(app):
+    """`async with run_test(app) as pilot:` — the screen a person sees, toasts included."""
+    return app.run_test(size=SIZE, notifications=True)
+
+
 def screen(app) -> str:
     """What the terminal shows now, as plain text (modal screens included)."""
     from rich.console import Console
