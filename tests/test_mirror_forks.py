@@ -213,3 +213,21 @@ def test_local_chain_lineage_reports_the_ranges_used(cli, local):
     assert doc["lineage"] == [{"run": "lf-root-synthetic", "from_step": 0, "to_step": 10},
                               {"run": "lf-a-synthetic", "from_step": 13, "to_step": 20},
                               {"run": "lf-b-synthetic", "from_step": 21, "to_step": 35}]
+
+
+def test_fake_fork_semantics_read_the_same_through_the_real_sdk():
+    """The fake's `fork_from_first_logged` serving, read by wandb.Api().scan_history(): the parent's
+    rows below the child's first logged step, then the child's own rows (the SDK contract holds)."""
+    wandb = pytest.importorskip("wandb")
+    parent, child = remote_runs()["fork-step"]
+    server = start_wandb([parent, child], fork_from_first_logged=True, exported_until={child.run_id: 0})
+    try:
+        api = wandb.Api(api_key="x" * 40, overrides={"base_url": server.url})
+        rows = list(api.run(f"{E}/{P}/{child.run_id}").scan_history(keys=["train/loss"]))
+    finally:
+        wandb.teardown()
+        server.stop()
+    got = {int(r["_step"]): r["train/loss"] for r in rows}
+    loss = lambda run: dict(zip(*[a.tolist() for a in run.series["train/loss"]]))  # noqa: E731
+    want = {s: v for s, v in loss(parent).items() if s < 120} | loss(child)
+    assert got == want

@@ -245,3 +245,25 @@ async def test_offline_sync_never_says_cache_from_never(store_copy, monkeypatch,
         text = await wait_for_text(pilot, "offline", timeout=60)
         text = await settle(pilot)
     assert "cache from never" not in text and "offline" in header(text), header(text)
+
+
+def sidebar_labels(text: str) -> list[str]:
+    """The run sidebar's entries as shown (state mark and last step included)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if "╭─ runs" in line)
+    out = []
+    for line in lines[start + 1:]:
+        if line.lstrip().startswith("╰"):
+            break
+        inner = line.split("│")[1] if line.count("│") >= 2 else ""
+        if inner.strip():
+            out.append(inner.strip())
+    return out
+
+
+async def test_sidebar_labels_are_unique(home):
+    """issue 14 #12: no two entries of the run sidebar read the same."""
+    app = open_watch(home / "marinctl.duckdb", KINDS["repro"])
+    async with run_test(app) as pilot:
+        labels = sidebar_labels(await settle(pilot))
+    assert len(labels) >= 6 and len(set(labels)) == len(labels), labels
