@@ -175,8 +175,9 @@ def test_repro_json_run_is_the_id_string(cli, tmp_path):
     code, out, err = cli("repro", "rung1", "--cpu", "--steps", "1", "--data", str(data), "--json")
     assert code == 0, err
     doc = json.loads(out)
+    assert isinstance(doc["run"], str), f"run is {type(doc['run']).__name__}: {doc['run']!r}"[:300]
     has(doc, REPRO, "repro --json")
-    assert isinstance(doc["run"], str) and doc["run"] in doc["run_dir"]
+    assert doc["run"] in doc["run_dir"]
     run_cli(cli, "show", doc["run"], "--json")
     run_cli(cli, "export", doc["run"])
 
