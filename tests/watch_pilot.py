@@ -10,7 +10,7 @@ import io
 import time
 from pathlib import Path
 
-SIZE = (160, 48)
+SIZE = (120, 40)
 
 
 def open_watch(store_path: Path, target: str | None = None, *, interval: float = 30.0, autosync: bool = False):
