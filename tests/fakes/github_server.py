@@ -120,6 +120,14 @@ class FakeGitHub:
                 if c["id"] == comment_id:
                     c["body"], c["updated_at"] = body, updated_at
 
+    def delete_comment(self, full: str, number: int, comment_id: int) -> None:
+        """Delete a comment as GitHub does: it is simply gone from every later listing."""
+        with self.lock:
+            r = self.repo(full)
+            r.comments[number] = [c for c in r.comments[number] if c["id"] != comment_id]
+            issue = r.issues[number]
+            issue["comments"] = len(r.comments[number])
+
     def add_commit(self, full: str, sha: str, message: str, *, paths: tuple[str, ...], author: str = "octo",
                    date: str = "2026-08-20T00:00:00Z") -> dict:
         person = {"name": author, "email": f"{author}@example.invalid", "date": date}

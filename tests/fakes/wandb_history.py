@@ -32,25 +32,44 @@ def _json_value(v: float) -> float | str:
 
 
 class HistoryView:
-    """Served history of runs by id; `inherit` serves fork parents' rows as W&B does."""
+    """Served history of runs by id; `inherit` serves fork parents' rows as W&B does.
 
-    def __init__(self, runs: dict[str, SynthRun], *, inherit: bool = True, cache_windows: int = 256):
+    `fork_from_first_logged`: a fork child's own rows are served from its first logged step
+    when that is at or before `fork_step` (a child that logs the fork step itself, as in W&B's
+    forking guide), and its parent's rows only below it. Off by default: the child's own
+    rows then start at `fork_step + 1`, whatever it logged at or below the fork step.
+    """
+
+    def __init__(self, runs: dict[str, SynthRun], *, inherit: bool = True, cache_windows: int = 256,
+                 fork_from_first_logged: bool = False):
         self.runs = runs
         self.inherit = inherit
+        self.fork_from_first_logged = fork_from_first_logged
         self._cache: OrderedDict[tuple, list[str]] = OrderedDict()
         self._cache_size = cache_windows
         self._lock = threading.Lock()
         self._facts: dict[tuple, Any] = {}
 
     # --- structure ---------------------------------------------------------------------
+    def own_from(self, run: SynthRun) -> int | None:
+        """First step of `run`'s own rows in its served history (None: from the start)."""
+        if run.fork_step is None:
+            return None
+        lo = run.fork_step + 1
+        if self.fork_from_first_logged:
+            own = run.steps()
+            if len(own):
+                lo = min(lo, int(own[0]))
+        return lo
+
     def segments(self, run: SynthRun) -> list[Segment]:
-        own: Segment = (run, None if run.fork_step is None else run.fork_step + 1, None)
+        own: Segment = (run, self.own_from(run), None)
         parent = self.runs.get(run.fork_parent) if (self.inherit and run.fork_parent) else None
         if parent is None or run.fork_step is None:
             return [own]
         out = []
         for seg_run, lo, hi in self.segments(parent):
-            cap = run.fork_step + 1
+            cap = own[1]
             new_hi = cap if hi is None else min(hi, cap)
             if lo is None or lo < new_hi:
                 out.append((seg_run, lo, new_hi))

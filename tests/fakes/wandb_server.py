@@ -41,6 +41,14 @@ Conventions: times are ISO 8601 UTC with `Z`; `config` is a JSONString of
 `{key: {"value": v, "desc": null}}` plus `_wandb`; `summaryMetrics`/`systemMetrics` are
 JSONStrings; `historyKeys` is a JSON object; run cursors are base64("arrayconnection:N")
 offsets; a fork child's history includes its parent's rows <= fork_step.
+
+Options that change what is served (all off by default, so existing tests see today's server):
+- `fork_from_first_logged=True`: a fork child that logged the fork step itself (or earlier) is
+  served its own rows from its first logged step and its parent's only below it (W&B's
+  forking guide forks at `_step=200` and then logs 200, 201, ...).
+- `on_request=fn`: `fn(op, n)` is called as request number `n` (from 0) of operation `op`
+  arrives, before it is answered; `op` is a GraphQL operation name or "GET /files". Tests use
+  it to act at a precise point of a client's sync (e.g. SIGKILL the client).
 '''
 
 from __future__ import annotations
@@ -174,7 +182,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = self.path.split("?")[0]
         if path.startswith("/files/"):
-            self.owner._count("GET /files")
+            n = self.owner._count("GET /files")
+            self.owner._notify("GET /files", n)
             f = self.owner.file_path(path[len("/files/"):])
             if f is None:
                 return self._send(404, b"not found", "text/plain")
@@ -219,11 +228,13 @@ class WandbServer:
 
     def __init__(self, runs: list[SynthRun], *, faults: Faults | None = None,
                  exported_until: dict[str, int] | None = None, inherit_forks: bool = True,
-                 parquet_steps_per_file: int = 50_000, port: int = 0, verbose: bool = True):
+                 parquet_steps_per_file: int = 50_000, port: int = 0, verbose: bool = True,
+                 fork_from_first_logged: bool = False, on_request=None):
         self.runs: dict[str, SynthRun] = {r.run_id: r for r in runs}
         self.faults = faults or Faults()
         self.exported_until = dict(exported_until or {})
-        self.history = HistoryView(self.runs, inherit=inherit_forks)
+        self.history = HistoryView(self.runs, inherit=inherit_forks, fork_from_first_logged=fork_from_first_logged)
+        self.on_request = on_request
         self.parquet_steps_per_file = parquet_steps_per_file
         self.default_entity = runs[0].entity if runs else "marin-community"
         self.stats: Counter[str] = Counter()
@@ -315,9 +326,15 @@ class WandbServer:
         return self._files.get(name)
 
     # --- request handling --------------------------------------------------------------
-    def _count(self, op: str) -> None:
+    def _count(self, op: str) -> int:
+        """Count one request of `op`; returns its number (from 0) among requests of `op`."""
         with self._lock:
             self.stats[op] += 1
+            return self.stats[op] - 1
+
+    def _notify(self, op: str, n: int) -> None:
+        if self.on_request is not None:
+            self.on_request(op, n)
 
     def _next_listing_page(self) -> int:
         with self._lock:
@@ -375,9 +392,11 @@ class WandbServer:
         with self._lock:
             op_index = sum(self.stats[o] for o in (self.faults.ops or ()))
             self.stats[op] += 1
+            op_number = self.stats[op] - 1
             self.queries[op] = query
             self.requests.append((op, body.get("variables") or {}))
             self.auth_requests += int(auth)
+        self._notify(op, op_number)
         mode = self.faults.http_fault(index, op, op_index)
         if mode == "server_error":
             return self.faults.server_error_status, b'{"errors":[{"message":"synthetic server error"}]}', {}, None

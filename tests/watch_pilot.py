@@ -1,0 +1,88 @@
+"""The one place the tests build marinctl's `watch` app for Textual's Pilot, and read its screen.
+
+Tests press keys and assert on what the terminal shows (`screen(app)`), never on the app's
+attributes; when the TUI is restructured, only `open_watch` changes.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+
+SIZE = (120, 40)
+
+
+def open_watch(store_path: Path, target: str | None = None, *, interval: float = 30.0, autosync: bool = False):
+    """`marinctl watch TARGET` on the DuckDB file at `store_path`, as an App for `app.run_test()`."""
+    from marinctl.store import Store
+    from marinctl.tui.app import WatchApp
+
+    return WatchApp(target, interval, store=Store(Path(store_path)), autosync=autosync)
+
+
+def run_test(app):
+    """`async with run_test(app) as pilot:` — the screen a person sees, toasts included."""
+    return app.run_test(size=SIZE, notifications=True)
+
+
+def screen(app) -> str:
+    """What the terminal shows now, as plain text (modal screens included)."""
+    from rich.console import Console
+
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True,
+                      color_system="truecolor", record=True, legacy_windows=False, safe_box=False)
+    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
+    return "\n".join(line.rstrip() for line in console.export_text(styles=False).splitlines())
+
+
+def busy(app) -> bool:
+    return any(w.is_running for w in app.workers)
+
+
+async def settle(pilot, *, timeout: float = 20.0, quiet: float = 0.3) -> str:
+    """Wait until no worker runs and the screen stops changing for `quiet` seconds; returns it."""
+    app = pilot.app
+    deadline = time.monotonic() + timeout
+    last, since = None, time.monotonic()
+    while time.monotonic() < deadline:
+        await pilot.pause(0.05)
+        now = _stable_part(screen(app))
+        if busy(app) or now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            break
+    return screen(app)
+
+
+def _stable_part(text: str) -> str:
+    # the sync-age clock in the header ticks every second; ignore it when deciding "settled"
+    import re
+
+    return re.sub(r"synced \d+ s ago", "synced", text)
+
+
+async def wait_for_text(pilot, *needles: str, timeout: float = 20.0) -> str:
+    """Wait until every needle is on screen; returns the screen (fails with it if not)."""
+    app = pilot.app
+    deadline = time.monotonic() + timeout
+    text = screen(app)
+    while time.monotonic() < deadline:
+        text = screen(app)
+        if all(n in text for n in needles):
+            return text
+        await pilot.pause(0.05)
+    missing = [n for n in needles if n not in text]
+    raise AssertionError(f"not on screen: {missing}\n{text}")
+
+
+def header(text: str) -> str:
+    """The header strip: the screen's first lines, down to the view line (x: … · smoothing: …)."""
+    lines = text.splitlines()
+    out = []
+    for line in lines[:6]:
+        out.append(line)
+        if "smoothing:" in line:
+            break
+    return "\n".join(out)
