@@ -72,11 +72,11 @@ def _warn(message: str) -> None:
 
 
 def _follow_local(store, plans, *, json_out: bool) -> None:
-    """Tail local runs record by record (sync.follow) until Ctrl-C."""
+    """Tail local runs record by record (sync.local.follow) until Ctrl-C."""
     import threading
 
     from marinctl.store.synclock import acquire_all
-    from marinctl.sync import follow
+    from marinctl.sync.local import follow
 
     stop = threading.Event()
 

@@ -82,14 +82,15 @@ def insert_from_relation(con: duckdb.DuckDBPyConnection, run_pk: int, relation_s
 def replace_wide(con: duckdb.DuckDBPyConnection, run_pk: int, wide: pa.RecordBatch, numeric: Sequence[str],
                  lo: int, hi: int, *, existing_last_step: int | None = None) -> tuple[int, int | None]:
     """`replace_range` for a wide batch (a `_step` column and one column per key, e.g. a parquet
-    export): steps [lo, hi) are unpivoted to long rows in DuckDB. Returns (rows, last step written)."""
+    export): steps [lo, hi) are unpivoted to long rows in DuckDB. `existing_last_step` is the
+    run's last stored step (None: nothing stored, so nothing to delete). Returns (rows, last step written)."""
     def q(c: str) -> str:
         return '"' + c.replace('"', '""') + '"'
 
     cast = ", ".join(f"CAST({q(c)} AS DOUBLE) AS {q(c)}" for c in numeric)
     con.register("_wide", wide)
     try:
-        if existing_last_step is None or lo <= existing_last_step:
+        if existing_last_step is not None and lo <= existing_last_step:
             con.execute("DELETE FROM metrics WHERE run_pk = ? AND step >= ? AND step < ?", [run_pk, lo, hi])
         rel = (
             f"SELECT _step AS step, key, value FROM (UNPIVOT (SELECT CAST(_step AS BIGINT) AS _step, {cast}"

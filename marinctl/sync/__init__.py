@@ -6,7 +6,9 @@ which the store writes with their positions in one transaction per unit of work
 (sync/wandb.py, sync/local.py, sync/github.py). Once history lands, analysis re-aligns
 GitHub events to steps and scores the new steps for anomalies, and what it returns is
 written through the store (sync/derive.py). Progress and warnings go back to the caller
-through the `progress`/`warn` callbacks; nothing here prints.
+through the `progress`/`warn` callbacks; nothing here prints. Tailing local files record by
+record is `sync.local.follow`. Importing this package stays light: each stage imports its
+sources when it runs.
 """
 
 from __future__ import annotations
@@ -16,10 +18,9 @@ from typing import Any
 
 from marinctl.domain import Progress, Warn
 from marinctl.store import Store
-from marinctl.sync.local import follow
 from marinctl.sync.targets import Plan, parse_target, plan_watch
 
-__all__ = ["sync_targets", "parse_target", "plan_watch", "follow", "Plan"]
+__all__ = ["sync_targets", "parse_target", "plan_watch", "Plan"]
 
 
 def sync_targets(store: Store, targets: list[str], *, progress: Progress | None = None, warn: Warn | None = None,
@@ -31,9 +32,9 @@ def sync_targets(store: Store, targets: list[str], *, progress: Progress | None 
     passed to `warn` as they happen and listed under "warnings". `client`: the W&B client
     to use (tests, benchmarks); by default one per W&B plan.
     """
+    started = time.perf_counter()
     from marinctl.sync import derive, github, local, wandb
 
-    started = time.perf_counter()
     plans = [plan for raw in (targets or ["marin"]) for plan in parse_target(raw)]
     report: dict[str, Any] = {"runs": [], "events_added": 0, "timing": {"total_s": 0.0, "wandb_http_s": 0.0}}
 

@@ -16,7 +16,6 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from marinctl.errors import UserError
-from marinctl.sources.github_events import parse_spec
 from marinctl.store import Store
 
 MARIN_ENTITY = "marin-community"
@@ -55,6 +54,8 @@ def parse_target(raw: str) -> list[Plan]:
         plans = [Plan("wandb", text, MARIN_ENTITY, MARIN_PROJECT, filters={"group": {"$in": MARIN_GROUPS}})]
         return plans + [Plan("github", spec) for spec in MARIN_GITHUB]
     if text.startswith("github:"):
+        from marinctl.sources.github_events import parse_spec
+
         parse_spec(text)  # a malformed spec fails here, before any network call
         return [Plan("github", text)]
     if text.startswith(("http://", "https://")):
