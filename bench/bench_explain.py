@@ -74,10 +74,10 @@ def main() -> None:
     work = cache / "work.duckdb"
     shutil.copy(src, work)
 
-    from marinctl.analysis import detectors as D
     from marinctl.analysis.explain import explain
     from marinctl.store import Store
     from marinctl.store.lineage import resolve_target
+    from marinctl.sync.derive import detect
 
     store = Store(work)
     with store.connect() as con:
@@ -93,7 +93,7 @@ def main() -> None:
         con.execute("DELETE FROM metrics WHERE run_pk = ? AND step >= ?", [pk, cut])
     t = time.perf_counter()
     with store.transaction() as con:
-        n_full = D.full_detect(con, pk)
+        n_full = detect(con, pk, full=True)
     t_full = time.perf_counter() - t
     figures.append(("full detection (399k steps)", t_full, 30.0, f"{n_full} anomalies"))
     with store.transaction() as con:
@@ -101,7 +101,7 @@ def main() -> None:
         con.execute("DROP TABLE _held")
     t = time.perf_counter()
     with store.transaction() as con:
-        n_inc = D.detect_incremental(con, pk)
+        n_inc = detect(con, pk)
     t_inc = time.perf_counter() - t
     figures.append(("incremental detection, 1,000 new steps", t_inc, 0.5, f"{n_inc} new"))
 

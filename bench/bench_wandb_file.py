@@ -9,7 +9,7 @@ summaries. Prints, side by side, history rows/s (rows = steps) for:
   every one with `wandb_internal_pb2.Record`, json.loads every value (the baseline);
 - marinctl: `wandb_file.scan` (peeks record types, skips summaries) + `decode_history`
   (bulk column decode into long arrays);
-- sync: `wandb_local.sync_path` into a fresh DuckDB store (reader + run/summary/console +
+- sync: `sync.local.sync_path` into a fresh DuckDB store (reader + run/summary/console +
   the metrics insert);
 - re-sync of the unchanged file (should cost next to nothing).
 
@@ -139,7 +139,7 @@ def main() -> None:
     path = cached_file(args.cache, args.steps, args.keys)
 
     from marinctl.sources import wandb_file as wf
-    from marinctl.sources import wandb_local as wl
+    from marinctl.sync import local as wl
     from marinctl.store import Store
 
     t = time.perf_counter()

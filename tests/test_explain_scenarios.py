@@ -15,6 +15,7 @@ from tests.fakes import synth
 from tests.fakes.load import load_into_store
 
 from marinctl.analysis import attribution, detectors, roles
+from marinctl.sync import derive
 from marinctl.analysis.explain import explain
 from marinctl.store.lineage import resolve_target
 
@@ -44,7 +45,7 @@ def _load(store, *runs):
     pks = load_into_store(store, runs)
     with store.transaction() as con:
         for pk in pks.values():
-            detectors.full_detect(con, pk)
+            derive.detect(con, pk, full=True)
     return pks
 
 
@@ -112,8 +113,8 @@ def test_rewind_is_detected_incrementally_and_is_infrastructure(store):
     pks = load_into_store(store, [run])
     pk = pks[run.run_id]
     with store.transaction() as con:
-        assert detectors.detect_incremental(con, pk) == 0
-        assert detectors.detect_incremental(con, pk) == 0       # idempotent
+        assert derive.detect(con, pk) == 0
+        assert derive.detect(con, pk) == 0       # idempotent
     # W&B rewind: steps >= 1200 re-logged hours later with different noise
     run.truncate(1200)
     run.extend(1499, seed=7)
@@ -123,7 +124,7 @@ def test_rewind_is_detected_incrementally_and_is_infrastructure(store):
         con.execute("DELETE FROM metrics WHERE run_pk = ? AND step >= 1200", [pk])
     load_into_store(store, [run])
     with store.transaction() as con:
-        assert detectors.detect_incremental(con, pk) >= 1
+        assert derive.detect(con, pk) >= 1
         rows = con.execute("SELECT step, kind, cause_class FROM anomalies WHERE run_pk = ? AND kind = 'rewind'", [pk]).fetchall()
     assert rows and rows[0][2] == "infrastructure" and 1000 < rows[0][0] <= 1200
     doc = _explain(store, rows[0][0])
@@ -199,11 +200,11 @@ def test_incremental_matches_full_detection(store):
         part = synth.SynthRun(**{**run.__dict__, "series": run.window(0, end + 1)})
         pk = load_into_store(store, [part])[run.run_id]
         with store.transaction() as con:
-            detectors.detect_incremental(con, pk)
+            derive.detect(con, pk)
     with store.connect() as con:
         inc = sorted(con.execute("SELECT step, metric, kind FROM anomalies").fetchall())
     with store.transaction() as con:
-        detectors.full_detect(con, pk)
+        derive.detect(con, pk, full=True)
         full = sorted(con.execute("SELECT step, metric, kind FROM anomalies").fetchall())
     assert inc == full
     assert {(500, "param_norm_jump"), (900, "spike"), (1510, "spike")} <= {(s, k) for s, _, k in full}
@@ -251,5 +252,5 @@ def test_empty_run_detects_nothing(store):
     run = synth.marin_run("synthetic-empty", steps=0)
     pk = load_into_store(store, [run])["synthetic-empty"]
     with store.transaction() as con:
-        assert detectors.detect_incremental(con, pk) == 0
-        assert detectors.full_detect(con, pk) == 0
+        assert derive.detect(con, pk) == 0
+        assert derive.detect(con, pk, full=True) == 0

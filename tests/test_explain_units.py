@@ -10,7 +10,8 @@ import pytest
 from tests.fakes import synth
 from tests.fakes.load import load_into_store
 
-from marinctl.analysis import attribution, detectors, roles
+from marinctl.analysis import attribution, roles
+from marinctl.sync import derive
 
 CAUSES = {"optimizer", "adam_state", "data_batch", "numerics", "logit_growth", "init_shape", "moe_routing",
           "heuristic_parameter", "infrastructure", "config", "none"}
@@ -72,7 +73,7 @@ def qb_store(store):
     run.set_values("train/loss", [900], [vl[900] * 2])
     pks = load_into_store(store, [run])
     with store.transaction() as con:
-        detectors.full_detect(con, pks["synthetic-cli"])
+        derive.detect(con, pks["synthetic-cli"], full=True)
     return store
 
 

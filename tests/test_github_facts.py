@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from marinctl.analysis.event_facts import extract_facts, parse_count
-from marinctl.sources.github_sync import logbook_events
+from marinctl.sources.github_events import logbook_events
 
 
 @pytest.mark.parametrize("raw,value", [("54k", 54_000), ("1.5k", 1_500), ("81,716", 81_716), ("81716", 81_716), ("108K", 108_000)])
@@ -52,8 +52,8 @@ def test_logbook_entries_have_stable_ids_and_utc_times():
             "## Other section\n\nnot part of the last entry\n")
     first = list(logbook_events("o/r", "l.md", text, "https://github.com/o/r/blob/main/l.md"))
     again = list(logbook_events("o/r", "l.md", text + "\n### 2026-08-02 01:00 UTC - Later\n", None))
-    assert [e[0] for e in first] == [e[0] for e in again][:3]
-    assert len({e[0] for e in first}) == 3
-    assert first[0][2]["time"].isoformat() == "2026-08-01T20:39:00+00:00"
-    assert first[2][2]["body"] == "- c"
-    assert first[0][2]["url"].endswith("#2026-08-01-2039-utc---base-selected")
+    assert [e.event_id for e in first] == [e.event_id for e in again][:3]
+    assert len({e.event_id for e in first}) == 3
+    assert first[0].time.isoformat() == "2026-08-01T20:39:00+00:00"
+    assert first[2].body == "- c"
+    assert first[0].url.endswith("#2026-08-01-2039-utc---base-selected")

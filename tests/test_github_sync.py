@@ -15,9 +15,11 @@ import pytest
 from marinctl.domain import RunInfo
 from marinctl.errors import RuntimeFailure, UserError
 from marinctl.sources.github import GitHubClient
-from marinctl.sources.github_sync import DEFAULT_MARIN_SPECS, parse_spec, sync_github
+from marinctl.sources.github_events import parse_spec
 from marinctl.store import metrics as M
-from marinctl.store.runs import upsert_run
+from marinctl.store.runs import refresh_last_step, upsert_run
+from marinctl.sync.github import sync_github
+from marinctl.sync.targets import MARIN_GITHUB
 from tests.fakes.github_server import FakeGitHub
 
 REPO = "acme/hero"
@@ -49,8 +51,8 @@ def build_lineage(store) -> None:
                                         created_at=at_step(1001), fork_parent=ROOT, fork_step=1000))
         M.replace_range(con, root, batch(list(range(0, 2001))), 0, 2001)
         M.replace_range(con, child, batch(list(range(1001, 3001))), 1001, 3001)
-        M.refresh_last_step(con, root)
-        M.refresh_last_step(con, child)
+        refresh_last_step(con, root)
+        refresh_last_step(con, child)
 
 
 @pytest.fixture
@@ -77,7 +79,7 @@ def test_specs_parse_and_bad_specs_are_user_errors():
     for bad in ("github:marin", "github:o/r", "github:o/r#x", "github:o/r/../etc", "github:/r#1"):
         with pytest.raises(UserError):
             parse_spec(bad)
-    assert all(parse_spec(s) for s in DEFAULT_MARIN_SPECS)
+    assert all(parse_spec(s) for s in MARIN_GITHUB)
 
 
 def test_resync_of_unchanged_issue_downloads_nothing(gh, store):

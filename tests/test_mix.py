@@ -14,7 +14,7 @@ import pytest
 from marinctl.analysis.mix import file_mix, published_mix, schedule
 from marinctl.domain import RunInfo
 from marinctl.store import metrics as M
-from marinctl.store.runs import upsert_run
+from marinctl.store.runs import refresh_last_step, upsert_run
 
 
 @pytest.mark.parametrize("step,number,name", [
@@ -101,7 +101,7 @@ def test_logged_mixture_keys_win(cli, store):
     with store.transaction() as con:
         pk = upsert_run(con, RunInfo(source="wandb", run_id="mix-synth", entity="e", project="p"))
         M.replace_range(con, pk, batch, 0, 300)
-        M.refresh_last_step(con, pk)
+        refresh_last_step(con, pk)
     code, out, err = cli("--db", str(store.path), "mix", "--run", "mix-synth", "--json")
     assert code == 0, err
     doc = json.loads(out)

@@ -20,8 +20,9 @@ import pytest
 
 from marinctl.errors import UserError
 from marinctl.sources import wandb_file as wf
-from marinctl.sources import wandb_local as wl
-from marinctl.sources import wandb_local_rows as wl_rows
+from marinctl.sources import wandb_local as files
+from marinctl.sources import wandb_records as wl_rows
+from marinctl.sync import local as wl
 
 WRITER = textwrap.dedent(r'''
     import json, math, sys, time
@@ -94,6 +95,12 @@ def _main(written):
     return run_id, logged[run_id]["rows"], files[run_id]
 
 
+def sync_warned(store, path) -> tuple[list[dict], list[str]]:
+    """`sync_path` with the warnings it hands back (the CLI prints them on stderr)."""
+    warnings: list[str] = []
+    return wl.sync_path(store, path, warn=warnings.append), warnings
+
+
 def stored_rows(store, run_id: str) -> dict[tuple[int, str], float]:
     with store.connect() as con:
         rows = con.execute(
@@ -150,16 +157,16 @@ def test_mirror_equals_what_the_sdk_logged(store, written):
     assert_rows_equal(stored_rows(store, repro_id), expected_rows(logged[repro_id]["rows"]))
 
 
-def test_small_read_windows_give_the_same_rows(store, written, tmp_path, monkeypatch, capsys):
+def test_small_read_windows_give_the_same_rows(store, written, tmp_path, monkeypatch):
     """Files are read in bounded windows; records cut by a window edge are resumed, and
     corruption inside a middle window does not stop the rest of the file."""
-    monkeypatch.setattr(wl, "WINDOW_BYTES", 40_000)
+    monkeypatch.setattr(files, "WINDOW_BYTES", 40_000)
     run_id, rows, path = _main(written)
     data = bytearray(path.read_bytes())
     data[2 * wf.BLOCK + 3000] ^= 0xFF
     bad = _copy(path, tmp_path, bytes(data))
-    res = wl.sync_path(store, bad)[0]
-    assert res["last_step"] == 299 and capsys.readouterr().err.count("warning") == 1
+    results, warnings = sync_warned(store, bad)
+    assert results[0]["last_step"] == 299 and len(warnings) == 1
     got = stored_rows(store, run_id)
     want = expected_rows(rows)
     assert 0 < len({s for s, _ in want} - {s for s, _ in got}) < 60
@@ -227,7 +234,7 @@ def test_unchanged_file_is_not_reread_and_resume_has_no_duplicates(store, writte
 
 def test_sync_killed_between_windows_resumes_without_duplicates(store, written, monkeypatch):
     run_id, rows, path = _main(written)
-    monkeypatch.setattr(wl, "WINDOW_BYTES", 30_000)
+    monkeypatch.setattr(files, "WINDOW_BYTES", 30_000)
     real_apply, calls = wl.FileSync._apply, []
 
     def dying_apply(self, *args):
@@ -295,15 +302,18 @@ def _copy(path: Path, tmp_path: Path, data: bytes) -> Path:
     return dest
 
 
-def test_bad_checksum_skips_one_block_and_keeps_the_rest(store, written, tmp_path, capsys):
+def test_bad_checksum_skips_one_block_and_keeps_the_rest(store, written, tmp_path, cli):
     run_id, rows, path = _main(written)
     data = bytearray(path.read_bytes())
     flip = 3 * wf.BLOCK + 5000
     data[flip] ^= 0xFF
     bad = _copy(path, tmp_path, bytes(data))
-    res = wl.sync_path(store, bad)[0]
-    err = capsys.readouterr().err
-    assert err.count("warning") == 1 and "bad checksum at byte" in err
+    code, out, err = cli("--db", str(store.path), "sync", str(bad), "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    res = report["runs"][0]
+    assert err.count("warning") == 1 and "bad checksum at byte" in err and err.startswith("warning: ")
+    assert report["warnings"] == [err.strip()[len("warning: "):]]
     at = int(err.split("at byte ")[1].split(";")[0])
     assert 3 * wf.BLOCK <= at <= flip
     got = stored_rows(store, run_id)
@@ -316,14 +326,14 @@ def test_bad_checksum_skips_one_block_and_keeps_the_rest(store, written, tmp_pat
     assert res["last_step"] == 299
 
 
-def test_truncated_file_keeps_every_complete_record(store, written, tmp_path, capsys):
+def test_truncated_file_keeps_every_complete_record(store, written, tmp_path):
     run_id, rows, path = _main(written)
     data = path.read_bytes()
     bad = _copy(path, tmp_path, data[: 2 * wf.BLOCK + 1234])
     _old(bad)   # not written for an hour: a truncated file, not a live one
-    res = wl.sync_path(store, bad)[0]
-    err = capsys.readouterr().err
-    assert err.count("warning") == 1 and "incomplete record at byte" in err
+    results, warnings = sync_warned(store, bad)
+    res = results[0]
+    assert len(warnings) == 1 and "incomplete record at byte" in warnings[0]
     got = stored_rows(store, run_id)
     steps = sorted({s for s, _ in got})
     assert steps == list(range(0, res["last_step"] + 1)) and res["last_step"] > 10
@@ -333,13 +343,13 @@ def test_truncated_file_keeps_every_complete_record(store, written, tmp_path, ca
     assert wl.sync_path(store, bad)[0]["rows_added"] == 0
 
 
-def test_garbage_appended_reads_everything(store, written, tmp_path, capsys):
+def test_garbage_appended_reads_everything(store, written, tmp_path):
     run_id, rows, path = _main(written)
     garbage = bytes((i * 37 + 11) % 256 for i in range(5000))
     bad = _copy(path, tmp_path, path.read_bytes() + garbage)
-    res = wl.sync_path(store, bad)[0]
-    err = capsys.readouterr().err
-    assert err.count("warning") == 1 and "at byte" in err
+    results, warnings = sync_warned(store, bad)
+    res = results[0]
+    assert len(warnings) == 1 and "at byte" in warnings[0]
     assert res["last_step"] == 299
     assert_rows_equal(stored_rows(store, run_id), expected_rows(rows))
 
@@ -471,7 +481,29 @@ def test_console_reassembles_fragments():
 def test_is_local_target(tmp_path):
     f = tmp_path / "run-a.wandb"
     f.write_bytes(wf.HEADER)
-    assert wl.is_local_target(str(f)) and wl.is_local_target(str(tmp_path))
-    assert wl.is_local_target("./wandb") and wl.is_local_target("x/run-abc.wandb")
-    assert not wl.is_local_target("marin-community/marin_moe")
-    assert not wl.is_local_target("https://wandb.ai/a/b/runs/c") and not wl.is_local_target("marin")
+    assert files.is_local_target(str(f)) and files.is_local_target(str(tmp_path))
+    assert files.is_local_target("./wandb") and files.is_local_target("x/run-abc.wandb")
+    assert not files.is_local_target("marin-community/marin_moe")
+    assert not files.is_local_target("https://wandb.ai/a/b/runs/c") and not files.is_local_target("marin")
+
+
+def test_without_wandb_a_wandb_file_names_the_install_extra(written, tmp_path):
+    """A base install (no wandb): reading a .wandb file exits 1 naming `marinctl[local]`;
+    commands that do not read one still work. (wandb hidden with sys.modules['wandb'] = None.)"""
+    _, _, path = _main(written)
+    home = tmp_path / "no-wandb-home"
+
+    def marinctl_without_wandb(*args: str) -> subprocess.CompletedProcess:
+        code = ("import sys; sys.modules['wandb'] = None; from marinctl.cli import main; "
+                f"main({['--home', str(home), *args]!r})")
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                              cwd=Path(__file__).resolve().parent.parent)
+
+    proc = marinctl_without_wandb("sync", str(path))
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines == ["marinctl: error: reading .wandb files needs wandb, which this install lacks",
+                     "  try: pip install 'marinctl[local]' (from a checkout: pip install -e '.[local]')"]
+    proc = marinctl_without_wandb("runs", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == []   # nothing half-synced was stored

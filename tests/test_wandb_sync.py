@@ -57,10 +57,11 @@ def wandb_env(monkeypatch):
 
 
 def test_sync_mirrors_every_row_and_export_reproduces_it(cli, wandb_env, monkeypatch):
-    from marinctl.sources import wandb_sync
+    from marinctl.sources import wandb_parquet
+    from marinctl.sync import wandb as wandb_sync
 
     monkeypatch.setattr(wandb_sync, "PARQUET_MIN_STEPS", 100)  # small runs still take the export path
-    monkeypatch.setattr(wandb_sync, "PARQUET_CHUNK_STEPS", 137)  # and cross batch boundaries
+    monkeypatch.setattr(wandb_parquet, "PARQUET_CHUNK_STEPS", 137)  # and cross batch boundaries
     runs = hero_lineage(300) + ladder_runs(200)
     server = wandb_env(runs)
     code, out, err = cli("sync", PROJECT, "--json")

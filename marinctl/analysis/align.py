@@ -11,7 +11,7 @@ Order of evidence (the first that applies wins, recorded as `align` in the event
 4. `time`: the event's timestamp through the run's `_timestamp` → step mapping (the run
    the text names, else the most recently started run that was logging at that time).
 Events that none of these place keep step NULL; a later sync (after W&B history lands)
-aligns them again.
+aligns them again. `realign` returns what changed; the sync pipeline writes it.
 """
 
 from __future__ import annotations
@@ -20,11 +20,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import duckdb
 import numpy as np
 
 from marinctl.analysis.event_facts import extract_facts
+from marinctl.store import Connection
+from marinctl.store import events as events_store
 from marinctl.store import metrics as M
+from marinctl.store import runs as runs_store
 
 TIME_SLACK_S = 3600.0  # an event up to an hour after a run's last row still belongs to it
 
@@ -41,13 +43,9 @@ class Alignment:
 class Aligner:
     """Holds the store's runs, the hero lineage and `_timestamp` series for one pass."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection):
+    def __init__(self, con: Connection):
         self.con = con
-        cur = con.execute(
-            "SELECT run_pk, uid, run_id, fork_parent, fork_step, source FROM runs ORDER BY source = 'wandb', created_at NULLS FIRST"
-        )
-        cols = [d[0] for d in cur.description]
-        self.runs = [dict(zip(cols, r)) for r in cur.fetchall()]
+        self.runs = runs_store.lineage_rows(con)
         self.by_id: dict[str, dict[str, Any]] = {}
         for r in self.runs:  # later (cloud) rows win
             self.by_id[r["run_id"]] = r
@@ -135,3 +133,21 @@ class Aligner:
     @staticmethod
     def _result(run: dict[str, Any] | None, step: int | None, basis: str | None, facts: dict[str, Any]) -> Alignment:
         return Alignment(run["uid"] if run else None, run["run_id"] if run else None, step, basis, facts)
+
+
+def realign(con: Connection) -> list[tuple[str, str | None, int | None, dict[str, Any]]]:
+    """(event_id, run_uid, step, fields) for every GitHub/logbook event whose alignment changed."""
+    aligner = Aligner(con)
+    changed = []
+    for event_id, when, title, body, run_uid, step, fields in events_store.to_align(con):
+        a = aligner.align(f"{title or ''}\n{body or ''}", when)
+        new_fields = {k: v for k, v in fields.items() if k not in ("facts", "align", "run")}
+        if a.facts:
+            new_fields["facts"] = a.facts
+        if a.basis:
+            new_fields["align"] = a.basis
+        if a.run_id:
+            new_fields["run"] = a.run_id
+        if (a.run_uid, a.step, new_fields) != (run_uid, step, fields):
+            changed.append((event_id, a.run_uid, a.step, new_fields))
+    return changed

@@ -15,10 +15,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-import duckdb
 import numpy as np
 
 from marinctl.analysis.roles import MODULE_LABELS, RecipeRoles, leaf_path
+from marinctl.store import Connection, history
 from marinctl.store import metrics as M
 
 _ROUTER_LAYER = re.compile(r"^train/router/layer_(\d+)/(.+)$")
@@ -87,37 +87,17 @@ def _rollup(leaves: Sequence[dict[str, Any]], field_name: str, total: float, lab
     return sorted(rows, key=lambda r: -abs(r["share"]))
 
 
-def watch_steps(con: duckdb.DuckDBPyConnection, segments, total_key: str, around: int, *, before: bool = True) -> tuple[int | None, int | None]:
-    """The logged steps of `total_key` bracketing `around`: (last step < around or at it, first ≥ around)."""
-    kid = M.key_id(con, total_key)
-    if kid is None:
-        return None, None
-    where, params = M.segment_filter(segments)
-    row = con.execute(
-        f"SELECT max(step) FILTER (WHERE step < ?), min(step) FILTER (WHERE step >= ?) FROM metrics"
-        f" WHERE key_id = ? AND step BETWEEN ? AND ? AND {where}",
-        [around, around, kid, around - 10_000, around + 10_000, *params]).fetchall()[0]
-    return row[0], row[1]
+def watch_steps(con: Connection, segments, total_key: str, around: int) -> tuple[int | None, int | None]:
+    """The logged steps of `total_key` bracketing `around`: (last step < around, first ≥ around)."""
+    return history.bracket(con, segments, total_key, around)
 
 
-def leaf_values(con: duckdb.DuckDBPyConnection, segments, prefix: str, steps: Sequence[int]) -> dict[int, dict[str, float]]:
+def leaf_values(con: Connection, segments, prefix: str, steps: Sequence[int]) -> dict[int, dict[str, float]]:
     """Every `<prefix><leaf>` value (not `total`) logged at the given steps."""
-    if not steps:
-        return {}
-    where, params = M.segment_filter(segments)
-    marks = ",".join("?" * len(steps))
-    rows = con.execute(
-        f"SELECT m.step, k.key, m.value FROM metrics m JOIN metric_keys k USING (key_id)"
-        f" WHERE m.step IN ({marks}) AND starts_with(k.key, ?) AND k.key <> ?"
-        f" AND {where.replace('run_pk', 'm.run_pk').replace('step', 'm.step')}",
-        [*steps, prefix, prefix + "total", *params]).fetchall()
-    out: dict[int, dict[str, float]] = defaultdict(dict)
-    for step, key, value in rows:
-        out[int(step)][key] = value
-    return out
+    return history.values_at(con, segments, prefix, steps, exclude=[prefix + "total"])
 
 
-def attribute(con: duckdb.DuckDBPyConnection, segments, roles: RecipeRoles, step_before: int, step_after: int,
+def attribute(con: Connection, segments, roles: RecipeRoles, step_before: int, step_after: int,
               prefix: str = "params/norm/") -> Attribution | None:
     """Exact split of Δ‖θ‖² between two watch steps, read from the store."""
     vals = leaf_values(con, segments, prefix, [step_before, step_after])
@@ -131,15 +111,10 @@ def attribute(con: duckdb.DuckDBPyConnection, segments, roles: RecipeRoles, step
     return att
 
 
-def router_layers(con: duckdb.DuckDBPyConnection, segments, metric: str, step: int, baseline: int = 100) -> list[dict[str, Any]]:
+def router_layers(con: Connection, segments, metric: str, step: int, baseline: int = 100) -> list[dict[str, Any]]:
     """Per-layer `train/router/layer_i/<metric>`: value at `step` vs the median of the previous
     `baseline` steps, and each layer's share of the summed deviation (largest first)."""
-    where, params = M.segment_filter(segments)
-    rows = con.execute(
-        f"SELECT k.key, m.step, m.value FROM metrics m JOIN metric_keys k USING (key_id)"
-        f" WHERE starts_with(k.key, 'train/router/layer_') AND ends_with(k.key, ?) AND m.step BETWEEN ? AND ?"
-        f" AND {where.replace('run_pk', 'm.run_pk').replace('step', 'm.step')}",
-        ["/" + metric, step - baseline, step, *params]).fetchall()
+    rows = history.rows_between(con, segments, "train/router/layer_", "/" + metric, step - baseline, step)
     per: dict[int, tuple[list[float], float | None]] = {}
     for key, s, v in rows:
         m = _ROUTER_LAYER.match(key)

@@ -1,8 +1,9 @@
-"""Anomaly detectors: DuckDB SQL over the full-resolution history, never over samples.
+"""Anomaly detectors over the full-resolution history, never over samples.
 
 W&B's sampled endpoints hide one-step spikes (peers.md §A.2), so every detector reads the
 stored history of a run at full resolution — the run's own steps plus, for a fork child,
-its parent's steps up to the fork (store/lineage.py) so baselines never start empty.
+its parent's steps up to the fork (store/lineage.py) so baselines never start empty. The windowed statistics run in DuckDB (store/rolling.py);
+this module decides what counts as anomalous and why.
 
 Detectors and thresholds (each with its source; peers.md §B.1, marin.md §5):
 - **spike** on log(train/loss) and log(grad/norm/total): robust z = 0.6745·(y − median)/MAD
@@ -19,7 +20,7 @@ Detectors and thresholds (each with its source; peers.md §B.1, marin.md §5):
 - **nonfinite**: any NaN/Inf value (Marin: instability = NaN/Inf; grug crashes on them).
 - **step_gap**, **resume** (wall-clock gap > max(10× median step time, 10 min) with no step
   gap; the watcher's SLOW rule and Marin's 30-min wedge alert bound it), **fork** (from the
-  lineage), **rewind** (history the store saw before was rewritten; see detect_incremental).
+  lineage), **rewind** (history the store saw before was rewritten; see analysis/detection.py).
 - **throughput_collapse**: 30-step median tokens/s below 0.75 × the median of the 1,000
   steps before — Marin "sustained 20–30% below baseline" (marin.md §5); watcher SLOW uses
   the median of 30 step times > 1.25× baseline.
@@ -35,18 +36,17 @@ Detectors and thresholds (each with its source; peers.md §B.1, marin.md §5):
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
-import duckdb
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from marinctl.analysis import roles as roles_mod
-from marinctl.store import metrics as M
+from marinctl.domain import Anomaly
+from marinctl.store import Connection, history, rolling
+from marinctl.store.metrics import Segment
 
 LOSS, GRAD, PNORM = "train/loss", "grad/norm/total", "params/norm/total"
 TPS, DURATION, TIMESTAMP = "throughput/tokens_per_second", "throughput/duration", "_timestamp"
@@ -63,14 +63,14 @@ TREND_WINDOW = 200
 RISE_RATIO = 1.5            # Marin: > 50% above trend
 RISE_STEPS = 10             # Marin: ~10+ steps
 TPUT_RECENT, TPUT_BASE, TPUT_RATIO = 30, 1000, 0.75
+TPUT_MIN_BASE = 100         # baseline points before a throughput drop counts
 RESUME_FACTOR, RESUME_MIN_S = 10.0, 600.0
 DRIFT_REL = 0.01
 NORM_WINDOW = 50            # watch points
+NORM_MIN_POINTS = 10
 NORM_MIN_DLOG = 1e-4
 ROUTER_MIN_RISE = 0.005
 LOOKBACK = TPUT_BASE + TPUT_RECENT + 70   # steps read before the first step scored
-REVISIT = 100               # steps re-scored at each incremental pass (episodes straddling the watermark)
-FINGERPRINT_EVERY = 500     # steps between stored _timestamp fingerprints (rewind detection)
 
 # (key, transform, direction, threshold, MAD floor, kind, cause_class, router metric?)
 _SPIKE_KEYS = (
@@ -82,32 +82,7 @@ _SPIKE_KEYS = (
     (OVERFLOW, "raw", 1, SPIKE_Z, 1e-4, "overflow_rise", "moe_routing", True),
 )
 
-
-@dataclass
-class Anomaly:
-    run_pk: int
-    step: int
-    metric: str
-    kind: str
-    score: float
-    cause_class: str
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def as_row(self) -> list[Any]:
-        return [self.run_pk, self.step, self.metric, self.kind, _finite(self.score), self.cause_class,
-                json.dumps(self.details, default=_json_default)]
-
-
-def _finite(x: float | None) -> float | None:
-    return float(x) if x is not None and math.isfinite(x) else None
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return _finite(float(o))
-    return str(o)
+Owner = Callable[[int], int]   # step -> run_pk the finding belongs to (a stitched lineage has several)
 
 
 # --- run context the detectors need --------------------------------------------------------------
@@ -117,7 +92,7 @@ class RunFrame:
     """One run as detection sees it: its lineage segments, own step range and recipe."""
 
     run: dict[str, Any]
-    segments: list[M.Segment]
+    segments: list[Segment]
     own_lo: int
     warmup_end: int
     roles: roles_mod.RecipeRoles
@@ -127,7 +102,7 @@ class RunFrame:
         return self.run["run_pk"]
 
 
-def frame(con: duckdb.DuckDBPyConnection, run_pk: int) -> RunFrame:
+def frame(con: Connection, run_pk: int) -> RunFrame:
     from marinctl.analysis.context import warmup_end_step
     from marinctl.store import lineage
     from marinctl.store.runs import get_run
@@ -141,60 +116,16 @@ def frame(con: duckdb.DuckDBPyConnection, run_pk: int) -> RunFrame:
     return RunFrame(run, segs, own_lo, warmup_end_step(run), roles_mod.recipe_roles(run))
 
 
-# --- reading ---------------------------------------------------------------------------------
-
-def read(con: duckdb.DuckDBPyConnection, segments, keys: Sequence[str], lo: int, hi: int | None) -> pa.Table:
-    """Long (key, step, value) for `keys` over the segments in [lo, hi): one scan of `metrics`."""
-    ids = M.key_ids(con, keys)
-    if not ids:
-        return pa.table({"key": pa.array([], pa.string()), "step": pa.array([], pa.int64()), "value": pa.array([], pa.float64())})
-    where, params = M.segment_filter(segments)
-    sql = (f"SELECT k.key, m.step, m.value FROM metrics m JOIN metric_keys k USING (key_id)"
-           f" WHERE m.key_id IN ({','.join('?' * len(ids))}) AND m.step >= ?"
-           + (" AND m.step < ?" if hi is not None else "")
-           + f" AND {where.replace('run_pk', 'm.run_pk').replace('step', 'm.step')}")
-    params = [*ids.values(), lo, *([hi] if hi is not None else []), *params]
-    try:
-        return con.sql(sql, params=params).to_arrow_table()
-    except (TypeError, AttributeError):  # older DuckDB
-        return con.execute(sql, params).fetch_arrow_table()
+def _has(data: pa.Table, key: str) -> bool:
+    return data.filter(pc.equal(data["key"], key)).num_rows > 0
 
 
 # --- detectors -------------------------------------------------------------------------------
 
-def _spike_scores(con, data: pa.Table, emit_lo: int, emit_hi: int | None) -> list[tuple]:
-    """(key, step, value, median, z) for every point whose |z| passes its key's lowest bar."""
-    cfg = pa.table({
-        "key": [k[0] for k in _SPIKE_KEYS], "xform": [k[1] for k in _SPIKE_KEYS],
-        "dir": [k[2] for k in _SPIKE_KEYS], "thr": [k[3] for k in _SPIKE_KEYS], "floor": [k[4] for k in _SPIKE_KEYS],
-    })
-    con.register("_det_data", data)
-    con.register("_det_cfg", cfg)
-    try:
-        return con.execute(f"""
-            WITH x AS (
-                SELECT d.key, d.step, d.value, c.dir, c.thr, c.floor, c.xform,
-                       CASE WHEN c.xform = 'log' THEN ln(d.value) ELSE d.value END AS y
-                FROM _det_data d JOIN _det_cfg c USING (key)
-                WHERE isfinite(d.value) AND (c.xform <> 'log' OR d.value > 0)
-            ), w AS (
-                SELECT *, median(y) OVER win AS med, mad(y) OVER win AS dev, count(*) OVER win AS n
-                FROM x WINDOW win AS (PARTITION BY key ORDER BY step ROWS BETWEEN {SPIKE_WINDOW} PRECEDING AND 1 PRECEDING)
-            )
-            SELECT key, step, value, CASE WHEN xform = 'log' THEN exp(med) ELSE med END AS base,
-                   0.6745 * (y - med) / greatest(dev, floor) AS z
-            FROM w
-            WHERE n >= {MIN_BASELINE} AND step >= ? {"AND step < ?" if emit_hi is not None else ""}
-              AND dir * 0.6745 * (y - med) / greatest(dev, floor) > thr * 0.75
-            ORDER BY key, step
-        """, [emit_lo, *([emit_hi] if emit_hi is not None else [])]).fetchall()
-    finally:
-        con.unregister("_det_data")
-        con.unregister("_det_cfg")
-
-
-def spikes(con, fr: RunFrame, data: pa.Table, emit_lo: int, emit_hi: int | None, owner) -> list[Anomaly]:
-    rows = _spike_scores(con, data, max(emit_lo - 3, 0), emit_hi)
+def spikes(con: Connection, fr: RunFrame, data: pa.Table, emit_lo: int, emit_hi: int | None, owner: Owner) -> list[Anomaly]:
+    """Loss and gradient spikes (co-spikes with their precursor), router-metric jumps."""
+    specs = [(k[0], k[1], k[2], k[3] * 0.75, k[4]) for k in _SPIKE_KEYS]   # each key's lowest bar (warm-up aside)
+    rows = rolling.robust_z(con, data, specs, SPIKE_WINDOW, MIN_BASELINE, max(emit_lo - 3, 0), emit_hi)
     by_key: dict[str, dict[int, tuple]] = {}
     for key, step, value, base, z in rows:
         by_key.setdefault(key, {})[int(step)] = (value, base, z)
@@ -260,20 +191,9 @@ def _emit_island(first: int, last: int, emit_lo: int, emit_hi: int | None, overl
     return first >= emit_lo and (emit_hi is None or first < emit_hi)
 
 
-def sustained_rise(con, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner, overlap=False) -> list[Anomaly]:
-    con.register("_det_data", data)
-    try:
-        rows = con.execute(f"""
-            WITH w AS (
-                SELECT step, value, median(value) OVER (ORDER BY step ROWS BETWEEN {TREND_WINDOW} PRECEDING AND 1 PRECEDING) AS trend,
-                       count(*) OVER (ORDER BY step ROWS BETWEEN {TREND_WINDOW} PRECEDING AND 1 PRECEDING) AS n
-                FROM _det_data WHERE key = ? AND isfinite(value)
-            )
-            SELECT step, value, trend FROM w WHERE n >= {MIN_BASELINE} AND value > {RISE_RATIO} * trend AND step >= ?
-            ORDER BY step
-        """, [LOSS, SKIP_BEFORE]).fetchall()
-    finally:
-        con.unregister("_det_data")
+def sustained_rise(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner: Owner,
+                   overlap=False) -> list[Anomaly]:
+    rows = rolling.above_trend(con, data, LOSS, TREND_WINDOW, MIN_BASELINE, RISE_RATIO, SKIP_BEFORE)
     info = {int(s): (v, t) for s, v, t in rows}
     out = []
     for first, last, n in _islands(sorted(info)):
@@ -286,22 +206,11 @@ def sustained_rise(con, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner, o
     return out
 
 
-def throughput(con, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner, overlap=False) -> list[Anomaly]:
-    con.register("_det_data", data)
-    try:
-        key, sign = (TPS, 1.0) if data.filter(pc.equal(data["key"], TPS)).num_rows else (DURATION, -1.0)
-        rows = con.execute(f"""
-            WITH x AS (SELECT step, CASE WHEN ? > 0 THEN value ELSE 1.0 / value END AS rate
-                       FROM _det_data WHERE key = ? AND isfinite(value) AND value > 0),
-            w AS (SELECT step, rate,
-                         median(rate) OVER (ORDER BY step ROWS BETWEEN {TPUT_RECENT - 1} PRECEDING AND CURRENT ROW) AS recent,
-                         median(rate) OVER (ORDER BY step ROWS BETWEEN {TPUT_BASE + TPUT_RECENT} PRECEDING AND {TPUT_RECENT} PRECEDING) AS base,
-                         count(*) OVER (ORDER BY step ROWS BETWEEN {TPUT_BASE + TPUT_RECENT} PRECEDING AND {TPUT_RECENT} PRECEDING) AS n
-                  FROM x)
-            SELECT step, recent, base FROM w WHERE n >= 100 AND recent < {TPUT_RATIO} * base ORDER BY step
-        """, [sign, key]).fetchall()
-    finally:
-        con.unregister("_det_data")
+def throughput(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner: Owner,
+               overlap=False) -> list[Anomaly]:
+    key, sign = (TPS, 1.0) if _has(data, TPS) else (DURATION, -1.0)
+    rows = rolling.rate_drops(con, data, key, invert=sign < 0, recent=TPUT_RECENT, base=TPUT_BASE,
+                              min_points=TPUT_MIN_BASE, ratio=TPUT_RATIO)
     info = {int(s): (r, b) for s, r, b in rows}
     out = []
     for first, last, n in _islands(sorted(info)):
@@ -316,24 +225,10 @@ def throughput(con, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner, overl
     return out
 
 
-def timing(con, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner) -> list[Anomaly]:
+def timing(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner: Owner) -> list[Anomaly]:
     """Step gaps and wall-clock gaps (resumes) on the run's own steps, plus its fork point."""
-    con.register("_det_data", data)
-    try:
-        rows = con.execute(f"""
-            WITH t AS (SELECT step, value AS ts, lag(step) OVER (ORDER BY step) AS prev_step, lag(value) OVER (ORDER BY step) AS prev_ts
-                       FROM _det_data WHERE key = ?),
-            w AS (SELECT *, ts - prev_ts AS dt,
-                         median(ts - prev_ts) OVER (ORDER BY step ROWS BETWEEN {SPIKE_WINDOW} PRECEDING AND 1 PRECEDING) AS med_dt
-                  FROM t)
-            SELECT step, prev_step, dt, med_dt FROM w
-            WHERE prev_step IS NOT NULL AND step >= ? {"AND step < ?" if emit_hi is not None else ""}
-              AND (step - prev_step > 1 OR (dt > greatest({RESUME_FACTOR} * coalesce(med_dt, 0), {RESUME_MIN_S})))
-            ORDER BY step
-        """, [TIMESTAMP if data.filter(pc.equal(data["key"], TIMESTAMP)).num_rows else LOSS, emit_lo,
-              *([emit_hi] if emit_hi is not None else [])]).fetchall()
-    finally:
-        con.unregister("_det_data")
+    rows = rolling.gaps(con, data, TIMESTAMP if _has(data, TIMESTAMP) else LOSS, window=SPIKE_WINDOW,
+                        factor=RESUME_FACTOR, min_seconds=RESUME_MIN_S, lo=emit_lo, hi=emit_hi)
     out: list[Anomaly] = []
     fork_at = (fr.run.get("fork_step") + 1) if fr.run.get("fork_step") is not None else None
     for step, prev, dt, med in rows:
@@ -354,56 +249,27 @@ def timing(con, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner) -> list[A
     return out
 
 
-def nonfinite(con, fr: RunFrame, emit_lo, emit_hi, owner) -> list[Anomaly]:
-    where, params = M.segment_filter(fr.segments)
-    rows = con.execute(
-        f"SELECT k.key, min(m.step), count(*), any_value(m.value) FROM metrics m JOIN metric_keys k USING (key_id)"
-        f" WHERE m.step >= ? {'AND m.step < ?' if emit_hi is not None else ''} AND NOT isfinite(m.value)"
-        f" AND {where.replace('run_pk', 'm.run_pk').replace('step', 'm.step')} GROUP BY k.key ORDER BY 2, 1",
-        [emit_lo, *([emit_hi] if emit_hi is not None else []), *params]).fetchall()
-    out = []
-    for key, step, count, value in rows:
-        out.append(Anomaly(owner(int(step)), int(step), key, "nonfinite", float(count), "numerics",
-                           {"first_step": int(step), "count": int(count), "value": str(value)}))
-    return out
+def nonfinite(con: Connection, fr: RunFrame, emit_lo, emit_hi, owner: Owner) -> list[Anomaly]:
+    return [Anomaly(owner(step), step, key, "nonfinite", float(count), "numerics",
+                    {"first_step": step, "count": count, "value": str(value)})
+            for key, step, count, value in history.nonfinite(con, fr.segments, emit_lo, emit_hi)]
 
 
-def hyperball_leaves(con, fr: RunFrame) -> list[str]:
-    keys = [r[0] for r in con.execute("SELECT key FROM metric_keys WHERE starts_with(key, 'params/norm/') AND key <> ?", [PNORM]).fetchall()]
+def hyperball_leaves(con: Connection, fr: RunFrame) -> list[str]:
+    keys = history.keys_with_prefix(con, "params/norm/", exclude=[PNORM])
     return [k for k in keys if fr.roles.role(roles_mod.leaf_path(k)).hyperball]
 
 
-def hyperball_refs(con, fr: RunFrame, leaves: Sequence[str]) -> dict[str, tuple[int, float]]:
+def hyperball_refs(con: Connection, fr: RunFrame, leaves: Sequence[str]) -> dict[str, tuple[int, float]]:
     """Each hyperball leaf's first logged (step, value) in the lineage: the sphere's radius."""
-    ids = M.key_ids(con, leaves)
-    if not ids:
-        return {}
-    where, params = M.segment_filter(fr.segments)
-    rows = con.execute(
-        f"SELECT k.key, min(m.step), arg_min(m.value, m.step) FROM metrics m JOIN metric_keys k USING (key_id)"
-        f" WHERE m.key_id IN ({','.join('?' * len(ids))}) AND isfinite(m.value)"
-        f" AND {where.replace('run_pk', 'm.run_pk').replace('step', 'm.step')} GROUP BY k.key",
-        [*ids.values(), *params]).fetchall()
-    return {k: (int(s), float(v)) for k, s, v in rows if v}
+    return {k: sv for k, sv in history.first_values(con, fr.segments, leaves).items() if sv[1]}
 
 
-def hyperball_drift(con, fr: RunFrame, data: pa.Table, refs: dict[str, tuple[int, float]], emit_lo, emit_hi, owner) -> list[Anomaly]:
+def hyperball_drift(con: Connection, fr: RunFrame, data: pa.Table, refs: dict[str, tuple[int, float]], emit_lo, emit_hi,
+                    owner: Owner) -> list[Anomaly]:
     if not refs or not data.num_rows:
         return []
-    ref_tab = pa.table({"key": list(refs), "ref": [v for _, v in refs.values()]})
-    con.register("_det_data", data)
-    con.register("_det_ref", ref_tab)
-    try:
-        rows = con.execute(f"""
-            WITH x AS (SELECT d.key, d.step, d.value, r.ref, abs(d.value / r.ref - 1) AS dev FROM _det_data d JOIN _det_ref r USING (key)),
-            w AS (SELECT *, lag(dev) OVER (PARTITION BY key ORDER BY step) AS prev_dev FROM x)
-            SELECT key, step, value, ref, dev FROM w
-            WHERE dev > {DRIFT_REL} AND (prev_dev IS NULL OR prev_dev <= {DRIFT_REL}) AND step >= ? {"AND step < ?" if emit_hi is not None else ""}
-            ORDER BY step, dev DESC
-        """, [emit_lo, *([emit_hi] if emit_hi is not None else [])]).fetchall()
-    finally:
-        con.unregister("_det_data")
-        con.unregister("_det_ref")
+    rows = rolling.crossings(con, data, {k: v for k, (_, v) in refs.items()}, DRIFT_REL, emit_lo, emit_hi)
     by_step: dict[int, list[tuple]] = {}
     for key, step, value, ref, dev in rows:
         by_step.setdefault(int(step), []).append((key, value, ref, dev))
@@ -418,23 +284,12 @@ def hyperball_drift(con, fr: RunFrame, data: pa.Table, refs: dict[str, tuple[int
     return out
 
 
-def param_norm_jumps(con, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner, attribute: bool = True) -> list[Anomaly]:
+def param_norm_jumps(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner: Owner,
+                     attribute: bool = True) -> list[Anomaly]:
     from marinctl.analysis import attribution as att_mod
 
-    con.register("_det_data", data)
-    try:
-        rows = con.execute(f"""
-            WITH x AS (SELECT step, value, ln(value) - lag(ln(value)) OVER (ORDER BY step) AS d, lag(step) OVER (ORDER BY step) AS prev_step
-                       FROM _det_data WHERE key = ? AND isfinite(value) AND value > 0),
-            w AS (SELECT *, median(d) OVER win AS med, mad(d) OVER win AS dev, count(d) OVER win AS n
-                  FROM x WINDOW win AS (ORDER BY step ROWS BETWEEN {NORM_WINDOW} PRECEDING AND 1 PRECEDING))
-            SELECT step, prev_step, value, d, med, 0.6745 * (d - med) / greatest(dev, 1e-9) AS z FROM w
-            WHERE n >= 10 AND d IS NOT NULL AND abs(d) > {NORM_MIN_DLOG} AND abs(0.6745 * (d - med) / greatest(dev, 1e-9)) > {SPIKE_Z}
-              AND step >= ? {"AND step < ?" if emit_hi is not None else ""}
-            ORDER BY step
-        """, [PNORM, max(emit_lo, SKIP_BEFORE), *([emit_hi] if emit_hi is not None else [])]).fetchall()
-    finally:
-        con.unregister("_det_data")
+    rows = rolling.log_change_z(con, data, PNORM, window=NORM_WINDOW, min_points=NORM_MIN_POINTS,
+                                min_change=NORM_MIN_DLOG, bar=SPIKE_Z, lo=max(emit_lo, SKIP_BEFORE), hi=emit_hi)
     out = []
     for step, prev, value, d, med, z in rows:
         step, prev = int(step), int(prev)
@@ -470,15 +325,15 @@ def classify_norm_change(att, recipe: roles_mod.RecipeRoles, steps: int) -> tupl
     return "optimizer", round(max(0.3, min(0.8, att.share_of(role=roles_mod.ADAM))), 3), "Adam-group parameters moved"
 
 
-# --- orchestration ---------------------------------------------------------------------------
+# --- every detector --------------------------------------------------------------------------
 
-def scan(con: duckdb.DuckDBPyConnection, fr: RunFrame, emit_lo: int, emit_hi: int | None = None, *,
-         overlap: bool = False, refs: dict[str, tuple[int, float]] | None = None, owner=None) -> list[Anomaly]:
+def scan(con: Connection, fr: RunFrame, emit_lo: int, emit_hi: int | None = None, *,
+         overlap: bool = False, refs: dict[str, tuple[int, float]] | None = None, owner: Owner | None = None) -> list[Anomaly]:
     """Every detector over steps [emit_lo, emit_hi), reading LOOKBACK steps of history before."""
     owner = owner or (lambda step: fr.run_pk)
     read_lo = max(emit_lo - LOOKBACK, 0)
-    dense = read(con, fr.segments, [LOSS, GRAD, TPS, DURATION, TIMESTAMP, ENTROPY, ZLOSS, DROP, OVERFLOW, PNORM], read_lo,
-                 None if emit_hi is None else emit_hi + 5)
+    dense = history.frame(con, fr.segments, [LOSS, GRAD, TPS, DURATION, TIMESTAMP, ENTROPY, ZLOSS, DROP, OVERFLOW, PNORM],
+                          read_lo, None if emit_hi is None else emit_hi + 5)
     found = spikes(con, fr, dense, emit_lo, emit_hi, owner)
     found += sustained_rise(con, fr, dense, emit_lo, emit_hi, owner, overlap)
     found += throughput(con, fr, dense, emit_lo, emit_hi, owner, overlap)
@@ -489,142 +344,6 @@ def scan(con: duckdb.DuckDBPyConnection, fr: RunFrame, emit_lo: int, emit_hi: in
     leaves = hyperball_leaves(con, fr)
     if leaves:
         refs = refs if refs is not None else hyperball_refs(con, fr, leaves)
-        watch = read(con, fr.segments, [k for k in leaves if k in refs], max(emit_lo - 20 * 10, 0), emit_hi)
+        watch = history.frame(con, fr.segments, [k for k in leaves if k in refs], max(emit_lo - 20 * 10, 0), emit_hi)
         found += hyperball_drift(con, fr, watch, refs, emit_lo, emit_hi, owner)
     return found
-
-
-def _state(con, uid: str) -> tuple[int | None, dict]:
-    rows = con.execute("SELECT position, extra FROM sync_state WHERE scope = 'detect' AND name = ?", [uid]).fetchall()
-    if not rows:
-        return None, {}
-    extra = rows[0][1]
-    return rows[0][0], (json.loads(extra) if isinstance(extra, str) else (extra or {}))
-
-
-def _fingerprints(con, fr: RunFrame, upto: int) -> list[list[float]]:
-    kid = M.key_id(con, TIMESTAMP)
-    if kid is None:
-        return []
-    rows = con.execute(
-        f"SELECT step, value FROM metrics WHERE run_pk = ? AND key_id = ? AND step <= ? AND (step % {FINGERPRINT_EVERY} = 0 OR step = ?)"
-        " ORDER BY step", [fr.run_pk, kid, upto, upto]).fetchall()
-    return [[int(s), float(v)] for s, v in rows]
-
-
-def _rewound_at(con, fr: RunFrame, fps: list[list[float]]) -> int | None:
-    """First step whose stored history differs from what an earlier detection saw (None: same)."""
-    if not fps:
-        return None
-    now = {s: v for s, v in _fingerprints(con, fr, int(fps[-1][0]))}
-    prev = fr.own_lo - 1
-    for step, ts in fps:
-        step = int(step)
-        cur = now.get(step)
-        if cur is None or not math.isclose(cur, ts, rel_tol=0, abs_tol=1e-3):
-            # the rewind lies in (prev, step]: the re-logged steps start after the largest wall gap there
-            kid = M.key_id(con, TIMESTAMP)
-            rows = con.execute(
-                "SELECT step, value - lag(value) OVER (ORDER BY step) AS dt FROM metrics WHERE run_pk = ? AND key_id = ?"
-                " AND step BETWEEN ? AND ? ORDER BY dt DESC NULLS LAST LIMIT 1", [fr.run_pk, kid, prev, step]).fetchall()
-            return int(rows[0][0]) if rows and rows[0][1] is not None else prev + 1
-        prev = step
-    return None
-
-
-def _store(con, fr: RunFrame, found: list[Anomaly], delete_from: int, keep_kinds=("rewind",)) -> int:
-    before = con.execute(
-        f"SELECT count(*) FROM anomalies WHERE run_pk = ? AND step >= ? AND kind NOT IN ({','.join('?' * len(keep_kinds))})",
-        [fr.run_pk, delete_from, *keep_kinds]).fetchall()[0][0]
-    con.execute(f"DELETE FROM anomalies WHERE run_pk = ? AND step >= ? AND kind NOT IN ({','.join('?' * len(keep_kinds))})",
-                [fr.run_pk, delete_from, *keep_kinds])
-    mine = [a for a in found if a.run_pk == fr.run_pk and a.step >= delete_from]
-    if mine:
-        con.executemany("INSERT INTO anomalies (run_pk, step, metric, kind, score, cause_class, details) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        [a.as_row() for a in mine])
-    return max(0, len(mine) - before)
-
-
-def _save_state(con, fr: RunFrame, last: int, refs: dict) -> None:
-    extra = {"fingerprints": _fingerprints(con, fr, last), "refs": {k: list(v) for k, v in refs.items()}}
-    con.execute(
-        "INSERT INTO sync_state (scope, name, position, extra, updated_at) VALUES ('detect', ?, ?, ?, current_timestamp)"
-        " ON CONFLICT (scope, name) DO UPDATE SET position = excluded.position, extra = excluded.extra, updated_at = excluded.updated_at",
-        [fr.run["uid"], last, json.dumps(extra)])
-
-
-def _last_step(con, run_pk: int) -> int | None:
-    return con.execute("SELECT max(step) FROM metrics WHERE run_pk = ?", [run_pk]).fetchall()[0][0]
-
-
-def detect_incremental(con: duckdb.DuckDBPyConnection, run_pk: int) -> int:
-    """Score the steps synced since the last detection (plus REVISIT steps); returns new anomalies.
-
-    Call with a writable connection after a sync, ideally inside `store.transaction()`; in
-    autocommit mode the watermark is written last, so an interrupted pass is simply redone.
-    Idempotent: rerunning finds nothing new.
-    If history the last detection saw was rewritten (a W&B rewind), records a `rewind`
-    anomaly at the first differing step and re-detects from there.
-    """
-    con.execute("SET enable_progress_bar = false")  # DuckDB draws one on stdout for long queries
-    fr = frame(con, run_pk)
-    last = _last_step(con, run_pk)
-    position, extra = _state(con, fr.run["uid"])
-    new = 0
-    if position is None:
-        start = fr.own_lo
-    else:
-        rewound = _rewound_at(con, fr, extra.get("fingerprints") or [])
-        if rewound is not None:
-            con.execute("DELETE FROM anomalies WHERE run_pk = ? AND step >= ?", [run_pk, rewound])
-            con.execute("INSERT INTO anomalies (run_pk, step, metric, kind, score, cause_class, details) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        Anomaly(run_pk, rewound, "_step", "rewind", float(max(position - rewound + 1, 0)), "infrastructure",
-                                {"previously_detected_to": position, "rewound_from": rewound}).as_row())
-            new += 1
-            start = rewound
-        else:
-            start = position + 1
-    if last is None or start > last:
-        return new
-    emit_lo = max(start - REVISIT, fr.own_lo) if position is not None else fr.own_lo
-    refs_saved = {k: (int(v[0]), float(v[1])) for k, v in (extra.get("refs") or {}).items()}
-    leaves = hyperball_leaves(con, fr)
-    if leaves and (not refs_saved or any(k not in refs_saved for k in leaves)):
-        refs_saved = hyperball_refs(con, fr, leaves)
-    found = scan(con, fr, emit_lo, None, refs=refs_saved)
-    new += _store(con, fr, found, emit_lo)
-    _save_state(con, fr, last, refs_saved)
-    return new
-
-
-def full_detect(con: duckdb.DuckDBPyConnection, run_pk: int) -> int:
-    """Forget this run's detections and score its whole history; returns anomalies stored."""
-    con.execute("SET enable_progress_bar = false")
-    con.execute("DELETE FROM anomalies WHERE run_pk = ? AND kind <> 'rewind'", [run_pk])
-    con.execute("DELETE FROM sync_state WHERE scope = 'detect' AND name = (SELECT uid FROM runs WHERE run_pk = ?)", [run_pk])
-    fr = frame(con, run_pk)
-    leaves = hyperball_leaves(con, fr)
-    refs = hyperball_refs(con, fr, leaves) if leaves else {}
-    found = scan(con, fr, fr.own_lo, None, refs=refs)
-    n = _store(con, fr, found, fr.own_lo)
-    last = _last_step(con, run_pk)
-    if last is not None:
-        _save_state(con, fr, last, refs)
-    return n
-
-
-def stored(con: duckdb.DuckDBPyConnection, target, lo: int | None = None, hi: int | None = None) -> list[dict[str, Any]]:
-    """Stored anomalies of a target (each run's within its lineage segment), by step."""
-    out = []
-    for run, (pk, slo, shi) in zip(target.runs, target.segments):
-        sql = "SELECT step, metric, kind, score, cause_class, details FROM anomalies WHERE run_pk = ?"
-        params: list[Any] = [pk]
-        for cond, val in (("step >= ?", slo), ("step < ?", shi), ("step >= ?", lo), ("step <= ?", hi)):
-            if val is not None:
-                sql += f" AND {cond}"
-                params.append(val)
-        for step, metric, kind, score, cause, details in con.execute(sql, params).fetchall():
-            out.append({"run": run["run_id"], "run_pk": pk, "step": int(step), "metric": metric, "kind": kind,
-                        "score": score, "cause_class": cause,
-                        "details": json.loads(details) if isinstance(details, str) else (details or {})})
-    return sorted(out, key=lambda a: (a["step"], a["metric"], a["kind"]))

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import duckdb
-
 from marinctl.analysis import attribution as att_mod
 from marinctl.analysis import context as ctx_mod
+from marinctl.analysis import detection
 from marinctl.analysis import detectors as D
 from marinctl.analysis import roles as roles_mod
 from marinctl.errors import UserError
+from marinctl.store import Connection
+from marinctl.store import anomalies as anomalies_store
 from marinctl.store import metrics as M
 from marinctl.store.lineage import Target
 
@@ -195,7 +196,7 @@ def _metric_evidence(con, target: Target, key: str, step: int) -> dict[str, Any]
     return {"metric": key, "step": int(steps[-1]), "value": float(at), "baseline": med, "z": z, "points": len(hist)}
 
 
-def _bounds(con: duckdb.DuckDBPyConnection, target: Target) -> tuple[int | None, int | None]:
+def _bounds(con: Connection, target: Target) -> tuple[int | None, int | None]:
     """First and last stored step of the target; from run metadata when sync recorded it (no scan)."""
     lasts = [r.get("last_step") for r in target.runs]
     if all(x is not None for x in lasts):
@@ -205,7 +206,7 @@ def _bounds(con: duckdb.DuckDBPyConnection, target: Target) -> tuple[int | None,
     return M.step_range(con, target.segments)
 
 
-def explain(con: duckdb.DuckDBPyConnection, target: Target, step: int, metric: str | None = None) -> dict[str, Any]:
+def explain(con: Connection, target: Target, step: int, metric: str | None = None) -> dict[str, Any]:
     """The contract's `explain step N --json` document for `target` at `step`."""
     lo, hi = _bounds(con, target)
     if lo is None:
@@ -219,14 +220,13 @@ def explain(con: duckdb.DuckDBPyConnection, target: Target, step: int, metric: s
     recipe = roles_mod.recipe_roles(run)
     fr = D.RunFrame(run, list(target.segments), 0, ctx_mod.warmup_end_step(run), recipe)
     owner_pk = lambda s: target.run_at(s)["run_pk"]  # noqa: E731
-    saved = (D._state(con, run["uid"])[1] or {}).get("refs") or {}
-    refs = {k: (int(v[0]), float(v[1])) for k, v in saved.items()} or None
+    refs = detection.saved_refs(con, run["uid"])
     local = D.scan(con, fr, max(step - NEAR, 0), step + NEAR + 1, overlap=True, owner=owner_pk, refs=refs)
     found: dict[tuple, dict[str, Any]] = {}
     for a in local:
         found[(a.metric, a.kind, a.step)] = {"run_pk": a.run_pk, "step": a.step, "metric": a.metric, "kind": a.kind,
                                              "score": a.score, "cause_class": a.cause_class, "details": a.details}
-    for a in D.stored(con, target, step - 2000, step + NEAR):
+    for a in anomalies_store.stored(con, target, step - 2000, step + NEAR):
         d = a["details"]
         end = d.get("end", a["step"])
         if a["step"] >= step - NEAR or (d.get("start") is not None and end >= step - NEAR):
@@ -263,7 +263,7 @@ def explain(con: duckdb.DuckDBPyConnection, target: Target, step: int, metric: s
     return doc
 
 
-def anomalies(con: duckdb.DuckDBPyConnection, target: Target) -> list[dict[str, Any]]:
+def anomalies(con: Connection, target: Target) -> list[dict[str, Any]]:
     """The contract's `anomalies --json` rows for a target (stored detections)."""
     return [{"run": a["run"], "step": a["step"], "metric": a["metric"], "kind": a["kind"], "score": a["score"],
-             "cause_class": a["cause_class"], "details": a["details"]} for a in D.stored(con, target)]
+             "cause_class": a["cause_class"], "details": a["details"]} for a in anomalies_store.stored(con, target)]

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from marinctl import output
-from marinctl.errors import RuntimeFailure, UserError
+from marinctl.errors import UserError
 
 
 def register(app: typer.Typer) -> None:
@@ -97,9 +97,8 @@ def export(
     out: Annotated[Optional[Path], typer.Option("--out", help="Output file (default: stdout for csv).")] = None,
     stitched: Annotated[bool, typer.Option("--stitched", help="Follow the fork lineage: each step from the newest run covering it.")] = False,
 ) -> None:
-    from marinctl.store import open_store
+    from marinctl.store import metrics, open_store
     from marinctl.store.lineage import resolve_target
-    from marinctl.store.metrics import export_relation_sql
 
     if fmt not in ("csv", "parquet"):
         raise UserError(f"unknown export format {fmt!r}", "use --format csv or --format parquet")
@@ -109,20 +108,18 @@ def export(
     with open_store().connect() as con:
         target = resolve_target(con, run, stitched=stitched)
         if key_list:
-            known = {r[0] for r in con.execute("SELECT key FROM metric_keys").fetchall()}
-            missing = [k for k in key_list if k not in known]
+            missing = metrics.unknown_keys(con, key_list)
             if missing:
                 raise UserError(f"unknown metric key(s): {', '.join(missing)}",
                                 "list keys with `marinctl sql \"SELECT key FROM metric_keys\"`")
-        sql_text, params = export_relation_sql(target.segments, key_list)
         if fmt == "parquet":
             out.parent.mkdir(parents=True, exist_ok=True)
             import pyarrow.parquet as pq
 
-            pq.write_table(con.sql(sql_text, params=params).to_arrow_table(), str(out))
+            pq.write_table(metrics.export_table(con, target.segments, key_list), str(out))
             output.info(f"wrote {out}")
             return
-        reader = con.sql(sql_text, params=params).to_arrow_reader(100_000)
+        reader = metrics.export_batches(con, target.segments, key_list, 100_000)
         fh = open(out, "w", newline="") if out else sys.stdout
         try:
             writer = csv.writer(fh, lineterminator="\n")
@@ -142,32 +139,13 @@ def sql(
     json_out: Annotated[bool, typer.Option("--json", help="Rows as JSON objects.")] = False,
     csv_out: Annotated[bool, typer.Option("--csv", help="Rows as CSV.")] = False,
 ) -> None:
-    import duckdb
-
     from marinctl.store import open_store
+    from marinctl.store.sql import query as run_query
 
-    store = open_store()
-    store.ensure_schema()
-    try:
-        con = duckdb.connect(str(store.path), read_only=True)
-    except duckdb.Error as exc:
-        raise RuntimeFailure(f"cannot open the store read-only: {exc}", "retry in a moment") from None
-    try:
-        con.execute(
-            "CREATE OR REPLACE TEMP VIEW history AS SELECT r.run_id AS run, r.uid, m.step, k.key, m.value"
-            " FROM metrics m JOIN metric_keys k USING (key_id) JOIN runs r USING (run_pk)"
-        )
-        try:
-            cur = con.execute(query)
-        except duckdb.Error as exc:
-            msg = str(exc).splitlines()[0]
-            raise UserError(f"SQL error: {msg}", "the store is read-only here; see tables with `marinctl sql \"SHOW TABLES\"`") from None
-        if cur.description is None:
-            return
-        cols = [d[0] for d in cur.description]
-        rows = cur.fetchall()
-    finally:
-        con.close()
+    result = run_query(open_store(), query)
+    if result is None:
+        return
+    cols, rows = result
     if json_out:
         output.print_json([dict(zip(cols, r)) for r in rows])
     elif csv_out:

@@ -43,7 +43,7 @@ def sync(
     total = {"runs": [], "events_added": 0, "timing": {"total_s": 0.0, "wandb_http_s": 0.0}}
     with acquire_all(store.path, targets, owner="sync"):
         while True:
-            report = sync_targets(store, targets, progress=progress, following=follow)
+            report = sync_targets(store, targets, progress=progress, warn=_warn, following=follow)
             progress.close()
             total["runs"] += report["runs"]
             total["events_added"] += report["events_added"]
@@ -64,12 +64,19 @@ def sync(
         _print_human(total)
 
 
+def _warn(message: str) -> None:
+    """Warnings the pipeline hands back (a corrupt block, a rate limit), one stderr line each."""
+    from marinctl.text import inert
+
+    output.info(f"warning: {inert(message, single_line=True)}")
+
+
 def _follow_local(store, plans, *, json_out: bool) -> None:
-    """Tail local runs record by record (wandb_local.follow) until Ctrl-C."""
+    """Tail local runs record by record (sync.local.follow) until Ctrl-C."""
     import threading
 
-    from marinctl.sources import wandb_local
     from marinctl.store.synclock import acquire_all
+    from marinctl.sync.local import follow
 
     stop = threading.Event()
 
@@ -80,8 +87,9 @@ def _follow_local(store, plans, *, json_out: bool) -> None:
             for r in results:
                 output.info(f"{r['run']}: +{r['rows_added']} rows, last step {r['last_step']}")
 
-    threads = [threading.Thread(target=wandb_local.follow, args=(store, p.path),
-                                kwargs={"stop": stop, "on_update": on_update, "interval": 1.0}, daemon=True)
+    threads = [threading.Thread(target=follow, args=(store, p.path),
+                                kwargs={"stop": stop, "on_update": on_update, "interval": 1.0, "warn": _warn},
+                                daemon=True)
                for p in plans]
     with acquire_all(store.path, [p.raw for p in plans], owner="sync --follow"):
         for t in threads:
@@ -98,8 +106,6 @@ def _follow_local(store, plans, *, json_out: bool) -> None:
 
 
 def _print_human(report: dict) -> None:
-    for warning in report.get("warnings", []):
-        output.info(f"warning: {warning}")
     rows = [(r["run"], r["rows_added"], r["first_step"], r["last_step"]) for r in report["runs"]]
     if rows:
         output.print_table(["run", "rows added", "first step", "last step"], rows)

@@ -34,9 +34,10 @@ def watch(
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UserError("watch needs an interactive terminal", "for scripts and pipes use `marinctl plot KEY [--run RUN]`")
     from marinctl.store import open_store
-    from marinctl.tui.app import plan_target, run_watch
+    from marinctl.sync import plan_watch
+    from marinctl.tui.app import run_watch
 
-    plan_target(open_store(), target)    # bad TARGETs fail here with exit 2, before the screen opens
+    plan_watch(open_store(), target)    # bad TARGETs fail here with exit 2, before the screen opens
     run_watch(target, interval)
 
 

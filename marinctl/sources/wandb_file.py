@@ -19,7 +19,8 @@ Why the shape of this module:
   (typed values, `key` instead of `nested_key`, multi-part keys) go through the real
   `wandb_internal_pb2.Record`.
 
-Importing this module is cheap; protobuf and wandb are imported on first decode.
+Importing this module is cheap; protobuf and wandb are imported on first decode (the
+`local` install extra: without it, decoding stops with the install line to run).
 """
 
 from __future__ import annotations
@@ -269,8 +270,16 @@ def scan(buf, base: int, *, keep: frozenset[int] = KEEP, limit: int | None = Non
 # --- decoding -------------------------------------------------------------------------------
 
 
+def _require_wandb() -> None:
+    """Decoding needs wandb's protobufs (the `local` extra): say so plainly when they are missing."""
+    from marinctl import extras
+
+    extras.require("local", "reading .wandb files")
+
+
 @lru_cache(maxsize=1)
 def _pb():
+    _require_wandb()
     from wandb.proto import wandb_internal_pb2 as pb  # imports wandb (~0.4 s): sync paths only
 
     return pb
@@ -279,6 +288,7 @@ def _pb():
 @lru_cache(maxsize=1)
 def _columns():
     """Message classes whose wire layout overlays HistoryRecord with flat repeated columns."""
+    _require_wandb()
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     F = descriptor_pb2.FieldDescriptorProto
@@ -465,7 +475,7 @@ def _floats(vals_b: list[bytes]):
         return arr.to_numpy(zero_copy_only=False), None
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         pass
-    from marinctl.store.metrics import as_float
+    from marinctl.sources.wandb_rows import as_float
 
     out = np.empty(len(vals_b), np.float64)
     bad = np.zeros(len(vals_b), bool)
@@ -504,7 +514,7 @@ def _decode_slow(payloads: list) -> HistoryColumns:
     import numpy as np
     import pyarrow as pa
 
-    from marinctl.store.metrics import as_float
+    from marinctl.sources.wandb_rows import as_float
 
     steps, keys, values, row_steps = [], [], [], []
     for p in payloads:

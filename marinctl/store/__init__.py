@@ -21,12 +21,19 @@ import duckdb
 from marinctl.errors import RuntimeFailure
 from marinctl.store import schema
 
-__all__ = ["Connection", "Store", "open_store"]
+__all__ = ["Connection", "Store", "open_store", "first"]
 
 # What store functions take and return; other layers name it in type hints without importing duckdb.
 Connection = duckdb.DuckDBPyConnection
 
 _LOCK_WORDS = ("lock", "Conflicting", "being used")
+
+
+def first(cursor) -> tuple | None:
+    """The first row of a result, read to the end: DuckDB (2.x) refuses to register a table
+    on a connection whose last result was left half-fetched, as `fetchone()` leaves it."""
+    rows = cursor.fetchall()
+    return rows[0] if rows else None
 
 
 def _is_lock_error(exc: Exception) -> bool:

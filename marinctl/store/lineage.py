@@ -12,9 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import duckdb
-
 from marinctl.errors import UserError
+from marinctl.store import Connection
 from marinctl.store import runs as runs_mod
 from marinctl.store.metrics import Segment
 
@@ -53,7 +52,7 @@ class Target:
         return out
 
 
-def chain(con: duckdb.DuckDBPyConnection, run: dict[str, Any]) -> list[dict[str, Any]]:
+def chain(con: Connection, run: dict[str, Any]) -> list[dict[str, Any]]:
     """The fork chain ending at `run`, root first (stops at parents not in the store)."""
     out = [run]
     seen = {run["uid"]}
@@ -88,7 +87,7 @@ def segments_for(chain_runs: list[dict[str, Any]]) -> list[Segment]:
     return segs
 
 
-def hero_leaf(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
+def hero_leaf(con: Connection) -> dict[str, Any] | None:
     cur = con.execute(
         f"SELECT {runs_mod.RUN_COLUMNS} FROM runs WHERE run_group = ? OR (run_id LIKE 'hero-%' AND source = 'wandb')"
         " ORDER BY coalesce(fork_step, -1) DESC, created_at DESC NULLS LAST LIMIT 1",
@@ -99,7 +98,7 @@ def hero_leaf(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
     return runs_mod.row_to_dict(row, cur.description) if row else None
 
 
-def resolve_target(con: duckdb.DuckDBPyConnection, ref: str | None, *, stitched: bool = False) -> Target:
+def resolve_target(con: Connection, ref: str | None, *, stitched: bool = False) -> Target:
     """RUN as the contract names it; None means the hero lineage, else the only run stored."""
     if ref is None:
         leaf = hero_leaf(con)
@@ -129,6 +128,6 @@ def single(run: dict[str, Any]) -> Target:
     return Target(name=run["run_id"], runs=[run], segments=[(run["run_pk"], None, None)])
 
 
-def stitched_target(name: str, leaf: dict[str, Any], con: duckdb.DuckDBPyConnection) -> Target:
+def stitched_target(name: str, leaf: dict[str, Any], con: Connection) -> Target:
     runs = chain(con, leaf)
     return Target(name=name, runs=runs, segments=segments_for(runs), stitched=len(runs) > 1 or name == "hero")

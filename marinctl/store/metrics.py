@@ -11,57 +11,15 @@ groups, which is what makes per-series queries skip the rest of a 84M-row table.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 
+from marinctl.store import first
+
 BATCH_SCHEMA = pa.schema([("step", pa.int64()), ("key", pa.string()), ("value", pa.float64())])
-
-
-def batch_from_rows(rows: Iterable[dict], step_key: str = "_step") -> pa.Table:
-    """Long batch from W&B-style row dicts; keeps numeric scalars (bools as 0/1), drops the rest.
-
-    The hot loop of a JSON-window sync, so the common types are tested inline.
-    """
-    steps: list[int] = []
-    keys: list[str] = []
-    values: list[float] = []
-    add_s, add_k, add_v = steps.append, keys.append, values.append
-    for row in rows:
-        step = row.get(step_key)
-        if step is None:
-            continue
-        step = int(step)
-        for k, v in row.items():
-            t = type(v)
-            if t is float or t is int:
-                f = float(v)
-            elif t is bool or t is str:
-                f = as_float(v)
-                if f is None:
-                    continue
-            else:
-                continue
-            if k == step_key:
-                continue
-            add_s(step)
-            add_k(k)
-            add_v(f)
-    return pa.table({"step": pa.array(steps, pa.int64()), "key": pa.array(keys, pa.string()),
-                     "value": pa.array(values, pa.float64())})
-
-
-def as_float(v) -> float | None:
-    """W&B values to DOUBLE: numbers and bools; 'NaN'/'Infinity' strings; None for the rest."""
-    if isinstance(v, bool):
-        return float(v)
-    if isinstance(v, (int, float)):
-        return float(v)
-    if isinstance(v, str) and v in ("NaN", "nan", "Infinity", "-Infinity", "inf", "-inf"):
-        return float(v.replace("Infinity", "inf"))
-    return None
 
 
 def ensure_keys(con: duckdb.DuckDBPyConnection, batch_name: str = "_batch") -> None:
@@ -121,10 +79,74 @@ def insert_from_relation(con: duckdb.DuckDBPyConnection, run_pk: int, relation_s
     return n
 
 
-def refresh_last_step(con: duckdb.DuckDBPyConnection, run_pk: int) -> int | None:
-    last = con.execute("SELECT max(step) FROM metrics WHERE run_pk = ?", [run_pk]).fetchall()[0][0]
-    con.execute("UPDATE runs SET last_step = ? WHERE run_pk = ?", [last, run_pk])
-    return last
+def replace_wide(con: duckdb.DuckDBPyConnection, run_pk: int, wide: pa.RecordBatch, numeric: Sequence[str],
+                 lo: int, hi: int, *, existing_last_step: int | None = None) -> tuple[int, int | None]:
+    """`replace_range` for a wide batch (a `_step` column and one column per key, e.g. a parquet
+    export): steps [lo, hi) are unpivoted to long rows in DuckDB. `existing_last_step` is the
+    run's last stored step (None: nothing stored, so nothing to delete). Returns (rows, last step written)."""
+    def q(c: str) -> str:
+        return '"' + c.replace('"', '""') + '"'
+
+    cast = ", ".join(f"CAST({q(c)} AS DOUBLE) AS {q(c)}" for c in numeric)
+    con.register("_wide", wide)
+    try:
+        if existing_last_step is not None and lo <= existing_last_step:
+            con.execute("DELETE FROM metrics WHERE run_pk = ? AND step >= ? AND step < ?", [run_pk, lo, hi])
+        rel = (
+            f"SELECT _step AS step, key, value FROM (UNPIVOT (SELECT CAST(_step AS BIGINT) AS _step, {cast}"
+            f" FROM _wide WHERE _step >= {int(lo)} AND _step < {int(hi)}) ON COLUMNS(* EXCLUDE (_step))"
+            " INTO NAME key VALUE value)"
+        )
+        n = insert_from_relation(con, run_pk, rel)
+    finally:
+        con.unregister("_wide")
+    top = first(con.execute("SELECT max(step) FROM metrics WHERE run_pk = ? AND step >= ? AND step < ?",
+                            [run_pk, lo, hi]))[0]
+    return n, top
+
+
+def merge_range(con: duckdb.DuckDBPyConnection, run_pk: int, batch: pa.Table, lo: int, hi: int, *,
+                existing_last_step: int | None, repeated_steps: bool = False) -> int:
+    """Write `batch` over steps [lo, hi) keeping stored values of keys the batch does not carry.
+
+    For sources that may log a step twice (a `.wandb` file re-read, `log(step=N)` again): the
+    later value wins per key. Returns how many (step, key) values are new to the store.
+    """
+    if existing_last_step is not None and lo <= existing_last_step:
+        con.register("_new", batch)
+        try:
+            old = con.sql(
+                "SELECT m.step, k.key, m.value FROM metrics m JOIN metric_keys k USING (key_id)"
+                " WHERE m.run_pk = $1 AND m.step >= $2 AND m.step < $3"
+                " AND NOT EXISTS (SELECT 1 FROM _new n WHERE n.step = m.step AND n.key = k.key)",
+                params=[run_pk, lo, hi]).to_arrow_table()
+        finally:
+            con.unregister("_new")
+        if old.num_rows:
+            batch = pa.concat_tables([old.cast(batch.schema), batch])
+        if repeated_steps:
+            batch = _last_per_key(batch)
+        replace_range(con, run_pk, batch, lo, hi)
+        return batch.num_rows - old.num_rows
+    if repeated_steps:
+        batch = _last_per_key(batch)
+    replace_range(con, run_pk, batch, lo, hi, existing_last_step=existing_last_step)
+    return batch.num_rows
+
+
+def _last_per_key(batch: pa.Table) -> pa.Table:
+    rows = {}
+    for s, k, v in zip(batch.column("step").to_pylist(), batch.column("key").to_pylist(),
+                       batch.column("value").to_pylist()):
+        rows[(s, k)] = v
+    return pa.table({"step": pa.array([s for s, _ in rows], pa.int64()),
+                     "key": pa.array([k for _, k in rows], pa.string()),
+                     "value": pa.array(list(rows.values()), pa.float64())})
+
+
+def delete_from(con: duckdb.DuckDBPyConnection, run_pk: int, step: int) -> None:
+    """Forget a run's history from `step` on (W&B rewrote it)."""
+    con.execute("DELETE FROM metrics WHERE run_pk = ? AND step >= ?", [run_pk, step])
 
 
 def key_id(con: duckdb.DuckDBPyConnection, key: str) -> int | None:
@@ -295,6 +317,25 @@ def _empty_envelope() -> Envelope:
 def step_range(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment]) -> tuple[int | None, int | None]:
     where, params = segment_filter(segments)
     return tuple(con.execute(f"SELECT min(step), max(step) FROM metrics WHERE {where}", params).fetchall()[0])
+
+
+def unknown_keys(con: duckdb.DuckDBPyConnection, keys: Sequence[str]) -> list[str]:
+    """The keys of `keys` no run ever logged, in the order given."""
+    known = key_ids(con, keys)
+    return [k for k in keys if k not in known]
+
+
+def export_table(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], keys: Sequence[str] | None) -> pa.Table:
+    """Every long row (step, key, value) of the segments, as one Arrow table (the export contract)."""
+    sql, params = export_relation_sql(segments, keys)
+    return con.sql(sql, params=params).to_arrow_table()
+
+
+def export_batches(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], keys: Sequence[str] | None,
+                   rows_per_batch: int = 100_000):
+    """The same rows as `export_table`, streamed in Arrow record batches (bounded memory)."""
+    sql, params = export_relation_sql(segments, keys)
+    return con.sql(sql, params=params).to_arrow_reader(rows_per_batch)
 
 
 def export_relation_sql(segments: Sequence[Segment], keys: Sequence[str] | None) -> tuple[str, list]:

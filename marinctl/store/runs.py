@@ -1,4 +1,8 @@
-"""Run metadata in the store: upsert, list, and resolve what a user typed as RUN."""
+"""The `runs` table: upsert run metadata, keep its progress and liveness, resolve a RUN.
+
+`last_step` (the last history step stored) and `state`/`heartbeat_at` of local runs are
+written here and nowhere else.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,9 @@ import json
 import re
 from typing import Any
 
-import duckdb
-
 from marinctl.domain import RunInfo
 from marinctl.errors import UserError
+from marinctl.store import Connection, first
 
 RUN_COLUMNS = (
     "run_pk, uid, source, entity, project, run_id, name, run_group, job_type, tags, state, "
@@ -20,7 +23,7 @@ RUN_COLUMNS = (
 RUNG_NAMES = {"rung1": "d768", "rung2": "d1024", "rung3": "d1536", "rung4": "d2048"}
 
 
-def upsert_run(con: duckdb.DuckDBPyConnection, run: RunInfo) -> int:
+def upsert_run(con: Connection, run: RunInfo) -> int:
     """Insert or update a run's metadata; keeps local progress (last_step). Returns run_pk."""
     found = con.execute("SELECT run_pk FROM runs WHERE uid = ?", [run.uid]).fetchall()
     row = found[0] if found else None
@@ -50,6 +53,78 @@ def upsert_run(con: duckdb.DuckDBPyConnection, run: RunInfo) -> int:
     return row[0]
 
 
+def last_step(con: Connection, run_pk: int) -> int | None:
+    """The last history step stored for a run (as sync recorded it)."""
+    return first(con.execute("SELECT last_step FROM runs WHERE run_pk = ?", [run_pk]))[0]
+
+
+def raise_last_step(con: Connection, run_pk: int, step: int) -> None:
+    """Record that history up to `step` is stored (never lowers it)."""
+    con.execute("UPDATE runs SET last_step = greatest(coalesce(last_step, -1), ?) WHERE run_pk = ?", [step, run_pk])
+
+
+def refresh_last_step(con: Connection, run_pk: int) -> int | None:
+    """Recompute `last_step` from the stored history (after a rewind deleted some of it)."""
+    last = first(con.execute("SELECT max(step) FROM metrics WHERE run_pk = ?", [run_pk]))[0]
+    con.execute("UPDATE runs SET last_step = ? WHERE run_pk = ?", [last, run_pk])
+    return last
+
+
+def set_liveness(con: Connection, uid: str, state: str, heartbeat_at=None) -> None:
+    """A local run's state (running/stale/crashed/finished/failed) and, when known, its heartbeat."""
+    if heartbeat_at is None:
+        con.execute("UPDATE runs SET state = ? WHERE uid = ?", [state, uid])
+    else:
+        con.execute("UPDATE runs SET state = ?, heartbeat_at = ? WHERE uid = ?", [state, heartbeat_at, uid])
+
+
+def documents(con: Connection, uid: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(config, summary) stored for a run uid, or None when the run is not stored."""
+    row = first(con.execute("SELECT config, summary FROM runs WHERE uid = ?", [uid]))
+    return (_as_dict(row[0]), _as_dict(row[1])) if row else None
+
+
+def _as_dict(v: Any) -> dict[str, Any]:
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except ValueError:
+            return {}
+    return v if isinstance(v, dict) else {}
+
+
+def pk_of(con: Connection, uid: str) -> int | None:
+    row = first(con.execute("SELECT run_pk FROM runs WHERE uid = ?", [uid]))
+    return row[0] if row else None
+
+
+def uid_at_path(con: Connection, path: str) -> str | None:
+    """The newest run mirrored from a local file under `path` (a .wandb file or a folder)."""
+    row = first(con.execute("SELECT uid FROM runs WHERE path LIKE ? ORDER BY created_at DESC NULLS LAST LIMIT 1",
+                            [path + "%"]))
+    return row[0] if row else None
+
+
+def lineage_rows(con: Connection) -> list[dict[str, Any]]:
+    """(run_pk, uid, run_id, fork_parent, fork_step, source) of every run, local ones first, then by start."""
+    cur = con.execute("SELECT run_pk, uid, run_id, fork_parent, fork_step, source FROM runs"
+                      " ORDER BY source = 'wandb', created_at NULLS FIRST")
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
+def last_synced(con: Connection):
+    """When any run was last synced (None before the first sync)."""
+    return first(con.execute("SELECT max(synced_at) FROM runs"))[0]
+
+
+def repro_runs(con: Connection, width: str) -> list[dict[str, Any]]:
+    """Local reproductions whose id or name carries a rung width (e.g. 'd768')."""
+    cur = con.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE source = 'repro' AND (run_id LIKE ? OR name LIKE ?)"
+                      " ORDER BY created_at NULLS FIRST", [f"%{width}%", f"%{width}%"])
+    return [row_to_dict(r, cur.description) for r in cur.fetchall()]
+
+
 def row_to_dict(row: tuple, description) -> dict[str, Any]:
     out = {d[0]: v for d, v in zip(description, row)}
     for k in ("config", "summary"):
@@ -58,12 +133,12 @@ def row_to_dict(row: tuple, description) -> dict[str, Any]:
     return out
 
 
-def list_runs(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+def list_runs(con: Connection) -> list[dict[str, Any]]:
     cur = con.execute(f"SELECT {RUN_COLUMNS} FROM runs ORDER BY created_at NULLS LAST, uid")
     return [row_to_dict(r, cur.description) for r in cur.fetchall()]
 
 
-def get_run(con: duckdb.DuckDBPyConnection, run_pk: int) -> dict[str, Any]:
+def get_run(con: Connection, run_pk: int) -> dict[str, Any]:
     cur = con.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_pk = ?", [run_pk])
     return row_to_dict(cur.fetchall()[0], cur.description)
 
@@ -84,7 +159,7 @@ def parse_run_ref(ref: str) -> tuple[str | None, str | None, str]:
     return None, None, ref
 
 
-def resolve_run(con: duckdb.DuckDBPyConnection, ref: str) -> dict[str, Any]:
+def resolve_run(con: Connection, ref: str) -> dict[str, Any]:
     """Find one run by uid, W&B id, URL, display name or rung alias; exit-2 error otherwise.
 
     `hero` is handled by callers that support the stitched lineage (store.lineage).
@@ -119,7 +194,7 @@ def resolve_run(con: duckdb.DuckDBPyConnection, ref: str) -> dict[str, Any]:
     return pick[0]
 
 
-def find_rung_runs(con: duckdb.DuckDBPyConnection, rung: str) -> list[dict[str, Any]]:
+def find_rung_runs(con: Connection, rung: str) -> list[dict[str, Any]]:
     """Cloud or local runs of a ladder rung: by the ladder group and the width in the id/name."""
     width = RUNG_NAMES.get(rung, rung)
     cur = con.execute(

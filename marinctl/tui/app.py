@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 from textual import on
@@ -38,38 +37,6 @@ def default_sync(store: Store, targets: list[str]) -> dict:
     from marinctl.sync import sync_targets
 
     return sync_targets(store, targets)
-
-
-def plan_target(store: Store, raw: str | None) -> tuple[str | None, list[str]]:
-    """(what to show, what to sync) for `watch [TARGET]`; bad TARGETs raise UserError."""
-    from marinctl import sync
-    from marinctl.errors import UserError
-    from marinctl.store import lineage
-    from marinctl.store.runs import resolve_run
-
-    with store.connect() as con:
-        if raw is None:
-            hero = lineage.hero_leaf(con)
-            return None, (["marin"] if hero is not None and hero["source"] == "wandb" else [])
-        if raw in ("marin", "hero"):
-            return "hero", ["marin"]
-        if raw in sv.RUNG_ALIASES:
-            return raw, ["marin"]
-        path = Path(raw).expanduser()
-        if path.exists():
-            rows = con.execute("SELECT uid FROM runs WHERE path LIKE ? ORDER BY created_at DESC NULLS LAST LIMIT 1",
-                               [str(path.resolve()) + "%"]).fetchall()
-            return (rows[0][0] if rows else None), [raw]
-        try:
-            run = resolve_run(con, raw)
-        except UserError:
-            run = None
-        if run is not None:
-            if run["source"] == "wandb":
-                return run["uid"], [f"{run['entity']}/{run['project']}/{run['run_id']}"]
-            return run["uid"], ([run["path"]] if run.get("path") and Path(run["path"]).exists() else [])
-    plans = sync.parse_target(raw)
-    return (plans[0].run_id if len(plans) == 1 else None), [raw]
 
 
 class WatchApp(App):
@@ -166,8 +133,10 @@ class WatchApp(App):
 
     # -- workers (thread) ----------------------------------------------------------------
     def _plan_worker(self) -> None:
+        from marinctl.sync import plan_watch
+
         try:
-            ref, targets = plan_target(self.store, self.target)
+            ref, targets = plan_watch(self.store, self.target)
             self.post_message(msg.Planned(ref or self.params.ref, targets))
         except MarinctlError as exc:
             self.post_message(msg.Planned(self.params.ref, [], error=exc.message))

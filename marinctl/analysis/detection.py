@@ -1,0 +1,114 @@
+"""One detection pass over a run: which steps to score, what was found, where the pass stopped.
+
+Incremental: each pass scores the steps synced since the last one, plus REVISIT steps
+before them (episodes that straddle the previous end). A pass also remembers `_timestamp`
+fingerprints of the history it saw, every FINGERPRINT_EVERY steps; when they no longer
+match, history was rewritten (a W&B rewind) and the pass reports a `rewind` at the first
+differing step and re-scores from there.
+
+Nothing here writes: a pass returns a `Detection`, and the sync pipeline stores it
+(sync/derive.py) — anomalies and the new position in one transaction.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from marinctl.analysis import detectors as D
+from marinctl.domain import Anomaly
+from marinctl.store import Connection, history, metrics, state
+
+REVISIT = 100               # steps re-scored at each incremental pass (episodes straddling the watermark)
+FINGERPRINT_EVERY = 500     # steps between stored _timestamp fingerprints (rewind detection)
+
+
+@dataclass
+class Detection:
+    """What one pass found, and what storing it means.
+
+    Store `found` in place of the run's detections from `replace_from` on (keeping earlier
+    `rewind` records); when `rewound_at` is set, every detection from there on is void first
+    and `rewind` is the record of it. Then save `position` and `memory` for the next pass.
+    """
+
+    run_pk: int
+    uid: str
+    found: list[Anomaly] = field(default_factory=list)
+    replace_from: int | None = None
+    rewound_at: int | None = None
+    rewind: Anomaly | None = None
+    full: bool = False                   # a full pass: every earlier detection (but rewinds) is void
+    position: int | None = None          # last step scored; None: nothing to remember
+    memory: dict[str, Any] = field(default_factory=dict)
+
+
+def incremental(con: Connection, run_pk: int) -> Detection:
+    """Score the steps synced since the last pass (plus REVISIT steps)."""
+    fr = D.frame(con, run_pk)
+    out = Detection(run_pk, fr.run["uid"])
+    last = metrics.step_range(con, [(run_pk, None, None)])[1]
+    position, extra = state.detection(con, fr.run["uid"])
+    if position is None:
+        start = fr.own_lo
+    else:
+        rewound = _rewound_at(con, fr, extra.get("fingerprints") or [])
+        if rewound is not None:
+            out.rewound_at = rewound
+            out.rewind = Anomaly(run_pk, rewound, "_step", "rewind", float(max(position - rewound + 1, 0)),
+                                 "infrastructure", {"previously_detected_to": position, "rewound_from": rewound})
+            start = rewound
+        else:
+            start = position + 1
+    if last is None or start > last:
+        return out
+    emit_lo = max(start - REVISIT, fr.own_lo) if position is not None else fr.own_lo
+    refs = {k: (int(v[0]), float(v[1])) for k, v in (extra.get("refs") or {}).items()}
+    leaves = D.hyperball_leaves(con, fr)
+    if leaves and (not refs or any(k not in refs for k in leaves)):
+        refs = D.hyperball_refs(con, fr, leaves)
+    out.found = D.scan(con, fr, emit_lo, None, refs=refs)
+    out.replace_from = emit_lo
+    out.position, out.memory = last, _memory(con, fr, last, refs)
+    return out
+
+
+def full(con: Connection, run_pk: int) -> Detection:
+    """Score a run's whole history, as if it had never been scored."""
+    fr = D.frame(con, run_pk)
+    leaves = D.hyperball_leaves(con, fr)
+    refs = D.hyperball_refs(con, fr, leaves) if leaves else {}
+    out = Detection(run_pk, fr.run["uid"], D.scan(con, fr, fr.own_lo, None, refs=refs), fr.own_lo, full=True)
+    last = metrics.step_range(con, [(run_pk, None, None)])[1]
+    if last is not None:
+        out.position, out.memory = last, _memory(con, fr, last, refs)
+    return out
+
+
+def saved_refs(con: Connection, uid: str) -> dict[str, tuple[int, float]] | None:
+    """The hyperball references the last pass used (explain reuses them), or None."""
+    saved = (state.detection(con, uid)[1] or {}).get("refs") or {}
+    return {k: (int(v[0]), float(v[1])) for k, v in saved.items()} or None
+
+
+def _memory(con: Connection, fr: D.RunFrame, last: int, refs: dict) -> dict[str, Any]:
+    fingerprints = [[s, v] for s, v in history.sampled(con, fr.run_pk, D.TIMESTAMP, last, FINGERPRINT_EVERY)]
+    return {"fingerprints": fingerprints, "refs": {k: list(v) for k, v in refs.items()}}
+
+
+def _rewound_at(con: Connection, fr: D.RunFrame, fps: list[list[float]]) -> int | None:
+    """First step whose stored history differs from what an earlier pass saw (None: same)."""
+    if not fps:
+        return None
+    now = dict(history.sampled(con, fr.run_pk, D.TIMESTAMP, int(fps[-1][0]), FINGERPRINT_EVERY))
+    prev = fr.own_lo - 1
+    for step, ts in fps:
+        step = int(step)
+        cur = now.get(step)
+        if cur is None or not math.isclose(cur, ts, rel_tol=0, abs_tol=1e-3):
+            # the rewind lies in (prev, step]: the re-logged steps start after the largest wall gap there
+            jump = history.largest_jump(con, fr.run_pk, D.TIMESTAMP, prev, step)
+            return jump[0] if jump is not None else prev + 1
+        prev = step
+    return None

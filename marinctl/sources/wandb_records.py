@@ -1,0 +1,189 @@
+"""What a window of decoded `.wandb` records says: run metadata, config, summary, history, console.
+
+`decode_window` is pure: it takes the records one read produced and what the run's
+documents held before, and returns what they hold after, the history columns and the
+console fragments (each stamped with the history step logged before it). Turning those
+into stored rows is the sync pipeline's job (sync/local.py).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from marinctl.domain import Event, RunInfo
+from marinctl.sources import wandb_file as wf
+
+
+class Console:
+    """output_raw fragments to lines: '\\n' ends a line, a bare '\\r' rewrites it (progress bars)."""
+
+    def __init__(self, pending: dict[str, str] | None = None):
+        self.pending = dict(pending or {})
+
+    def feed(self, stream: str, text: str) -> list[str]:
+        buf = self.pending.get(stream, "") + text
+        lines = []
+        while True:
+            i = buf.find("\n")
+            if i < 0:
+                break
+            line = buf[:i]
+            buf = buf[i + 1:]
+            if line.endswith("\r"):
+                line = line[:-1]
+            lines.append(line.rsplit("\r", 1)[-1])
+        if "\r" in buf:
+            head, _, tail = buf.rpartition("\r")
+            buf = tail if tail else head.rsplit("\r", 1)[-1] + "\r"
+        self.pending[stream] = buf
+        return lines
+
+
+def item_path(item) -> list[str]:
+    return [item.key] if item.key else list(item.nested_key)
+
+
+def run_meta(r) -> dict:
+    meta = {
+        "run_id": r.run_id, "entity": r.entity or None, "project": r.project or None,
+        "name": r.display_name or None, "group": r.run_group or None, "job_type": r.job_type or None,
+        "tags": list(r.tags), "notes": r.notes or None, "host": r.host or None,
+    }
+    if r.HasField("start_time") and r.start_time.seconds:
+        meta["start_time"] = r.start_time.seconds + r.start_time.nanos / 1e9
+    if r.HasField("branch_point") and r.branch_point.run:
+        meta["fork_parent"] = r.branch_point.run
+        meta["fork_step"] = int(r.branch_point.value)
+    return meta
+
+
+def run_info(meta: dict, config: dict, summary: dict, path: Path, state: str, mtime: float) -> RunInfo:
+    """The RunInfo of a local run; `repro` when marinctl's own trainer wrote it."""
+    from marinctl.sources.wandb import find_fork
+
+    user_config = {k: v for k, v in config.items() if not k.startswith("_wandb")}
+    if meta.get("fork_parent") is None:
+        fork = find_fork(user_config)   # Marin's tracker config: fork_from = "parent?_step=N"
+        if fork:
+            meta = {**meta, "fork_parent": fork[0], "fork_step": fork[1]}
+    marker = user_config.get("marinctl")
+    source = "repro" if isinstance(marker, dict) and marker.get("repro_of") else "local"
+    created = meta.get("start_time")
+    return RunInfo(
+        source=source, run_id=meta["run_id"], entity=meta.get("entity"), project=meta.get("project"),
+        name=meta.get("name") or meta["run_id"], group=meta.get("group"), job_type=meta.get("job_type"),
+        tags=meta.get("tags") or [], state=state,
+        created_at=datetime.fromtimestamp(created, timezone.utc) if created else None,
+        heartbeat_at=datetime.fromtimestamp(mtime, timezone.utc),
+        config=user_config, summary={k: v for k, v in summary.items() if k != "_wandb"},
+        fork_parent=meta.get("fork_parent"), fork_step=meta.get("fork_step"), path=str(path),
+    )
+
+
+@dataclass
+class Window:
+    """What one window of records decoded to."""
+
+    meta: dict[str, Any]
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    history: wf.HistoryColumns | None = None
+    exit_code: int | None = None                      # set when the window holds the exit record
+    console: list[tuple[str, str, int | None, float | None]] = field(default_factory=list)
+    # (stream, text fragment, history step logged before it or None, unix time or None)
+
+
+def decode_window(records: list, meta: dict, config: dict, summary: dict) -> Window:
+    """Decode (end, type, payload) records; `config`/`summary` are updated in place and returned."""
+    hist, runs, configs, summaries, outputs, exits = [], [], [], [], [], []
+    for i, (_end, rt, payload) in enumerate(records):
+        if rt == wf.HISTORY:
+            hist.append(payload)
+        elif rt == wf.SUMMARY:
+            # The two summary records wandb-core writes with every log() just repeat that
+            # step's history values, which we take from history itself; parse the rest.
+            if _precedes_history(records, i):
+                continue
+            summaries.append((i, payload))
+        elif rt == wf.RUN:
+            runs.append(payload)
+        elif rt == wf.CONFIG:
+            configs.append(payload)
+        elif rt == wf.OUTPUT_RAW:
+            outputs.append((i, payload))
+        elif rt == wf.EXIT:
+            exits.append(payload)
+
+    cols = wf.decode_history(hist) if hist else None
+    for payload in runs:
+        r = wf.parse_record(payload).run
+        meta = run_meta(r)
+        cfg: dict = {}
+        wf.apply_items(cfg, wf.decode_items(r.config.update))
+        config = cfg | {k: v for k, v in config.items() if k not in cfg}
+        wf.apply_items(summary, wf.decode_items(r.summary.update))
+    for payload in configs:
+        c = wf.parse_record(payload).config
+        wf.apply_items(config, wf.decode_items(c.update), [item_path(it) for it in c.remove])
+    # Summary = updates in file order, with history's latest values standing in for the
+    # per-log summary records we skipped (applied at the position of the last history).
+    last_hist = max((i for i, (_e, rt, _p) in enumerate(records) if rt == wf.HISTORY), default=-1)
+    for when in ("before", "after"):
+        if when == "after" and cols is not None:
+            summary.update(cols.last_values)
+            summary["_step"] = max(cols.row_steps)
+        for i, payload in summaries:
+            if (i < last_hist) == (when == "before"):
+                s = wf.parse_record(payload).summary
+                wf.apply_items(summary, wf.decode_items(s.update), [item_path(it) for it in s.remove])
+    out = Window(meta, config, summary, cols)
+    for payload in exits:
+        out.exit_code = wf.parse_record(payload).exit.exit_code
+    if outputs:
+        hist_idx = [i for i, (_e, rt, _p) in enumerate(records) if rt == wf.HISTORY]
+        row_steps = cols.row_steps if cols is not None else []
+        for i, payload in outputs:
+            o = wf.parse_record(payload).output_raw
+            k = bisect.bisect_left(hist_idx, i)
+            t = o.timestamp.seconds + o.timestamp.nanos / 1e9 if o.timestamp.seconds else None
+            out.console.append(("stderr" if o.output_type == 0 else "stdout", o.line,
+                                row_steps[k - 1] if k > 0 else None, t))
+    return out
+
+
+def console_events(uid: str, fragments, pending: dict[str, str] | None, count: int,
+                   step_before: int | None) -> tuple[list[Event], dict[str, str], int]:
+    """Console fragments to numbered line events (`output:<uid>:<n>`); returns (events, pending text, count).
+
+    A fragment logged before any history of its window takes `step_before` (the run's last step).
+    """
+    from marinctl.text import inert
+
+    console = Console(pending)
+    events = []
+    for stream, text, step, t in fragments:
+        for line in console.feed(stream, text):
+            events.append(Event(f"output:{uid}:{count}", "local", "console",
+                                time=datetime.fromtimestamp(t, timezone.utc) if t else None,
+                                title=inert(line, single_line=True)[:200], body=line,
+                                fields={"stream": stream}, run_uid=uid,
+                                step=step if step is not None else step_before))
+            count += 1
+    return events, console.pending, count
+
+
+def _precedes_history(recs, i: int) -> bool:
+    """Is record i one of the (at most two) summary records right before a history record?"""
+    for j in (i + 1, i + 2):
+        if j >= len(recs):
+            return False
+        rt = recs[j][1]
+        if rt == wf.HISTORY:
+            return True
+        if rt != wf.SUMMARY:
+            return False
+    return False

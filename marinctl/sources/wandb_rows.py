@@ -1,0 +1,62 @@
+"""W&B history values decoded: JSON history rows to long Arrow batches, W&B values to floats.
+
+The long batch (step int64, key string, value float64) is what the store's metrics writers
+take (`store.metrics.replace_range`); only numeric scalars and bools become values.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import pyarrow as pa
+
+
+def batch_from_rows(rows: Iterable[dict], step_key: str = "_step") -> pa.Table:
+    """Long batch from W&B-style row dicts; keeps numeric scalars (bools as 0/1), drops the rest.
+
+    The hot loop of a JSON-window sync, so the common types are tested inline.
+    """
+    steps: list[int] = []
+    keys: list[str] = []
+    values: list[float] = []
+    add_s, add_k, add_v = steps.append, keys.append, values.append
+    for row in rows:
+        step = row.get(step_key)
+        if step is None:
+            continue
+        step = int(step)
+        for k, v in row.items():
+            t = type(v)
+            if t is float or t is int:
+                f = float(v)
+            elif t is bool or t is str:
+                f = as_float(v)
+                if f is None:
+                    continue
+            else:
+                continue
+            if k == step_key:
+                continue
+            add_s(step)
+            add_k(k)
+            add_v(f)
+    return pa.table({"step": pa.array(steps, pa.int64()), "key": pa.array(keys, pa.string()),
+                     "value": pa.array(values, pa.float64())})
+
+
+def as_float(v) -> float | None:
+    """W&B values to DOUBLE: numbers and bools; 'NaN'/'Infinity' strings; None for the rest."""
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str) and v in ("NaN", "nan", "Infinity", "-Infinity", "inf", "-inf"):
+        return float(v.replace("Infinity", "inf"))
+    return None
+
+
+def max_step(batch: pa.Table) -> int:
+    """The largest step in a non-empty long batch."""
+    import pyarrow.compute as pc
+
+    return int(pc.max(batch.column("step")).as_py())

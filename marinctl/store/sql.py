@@ -1,0 +1,43 @@
+"""`marinctl sql`: a user's own read-only SQL over the store, with a `history` view.
+
+The file is opened read-only (DuckDB refuses every write there), so nothing a user types
+can change what is stored. `history` joins the long metrics to their keys and runs, the
+shape people expect: (run, uid, step, key, value).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+from marinctl.errors import RuntimeFailure, UserError
+from marinctl.store import Store
+
+HISTORY_VIEW = (
+    "CREATE OR REPLACE TEMP VIEW history AS SELECT r.run_id AS run, r.uid, m.step, k.key, m.value"
+    " FROM metrics m JOIN metric_keys k USING (key_id) JOIN runs r USING (run_pk)"
+)
+
+
+def query(store: Store, text: str) -> tuple[list[str], list[tuple[Any, ...]]] | None:
+    """(column names, rows) of one read-only query; None for a statement without a result."""
+    store.ensure_schema()
+    try:
+        con = duckdb.connect(str(store.path), read_only=True)
+    except duckdb.Error as exc:
+        raise RuntimeFailure(f"cannot open the store read-only: {exc}", "retry in a moment") from None
+    try:
+        con.execute("SET enable_progress_bar = false")
+        con.execute(HISTORY_VIEW)
+        try:
+            cur = con.execute(text)
+        except duckdb.Error as exc:
+            msg = str(exc).splitlines()[0]
+            raise UserError(f"SQL error: {msg}",
+                            "the store is read-only here; see tables with `marinctl sql \"SHOW TABLES\"`") from None
+        if cur.description is None:
+            return None
+        return [d[0] for d in cur.description], cur.fetchall()
+    finally:
+        con.close()
