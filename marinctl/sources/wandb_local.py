@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from marinctl.errors import UserError
-from marinctl.output import info
+from marinctl.cli.output import info
 from marinctl.sources import wandb_file as wf
 from marinctl.sources import wandb_local_rows as rows
 from marinctl.store import Store
