@@ -5,7 +5,7 @@ Marin's key names for the default panels plus filler keys, 390,251 steps × 150 
 + 600 watch keys every 10 steps ≈ 84M values — the size of the real hero history.
 
 Prints, side by side with a baseline:
-- the store read for one frame (`series_view.build_view`, 8 panels) vs a naive read
+- the store read for one frame (`watch_view.build_view`, 8 panels) vs a naive read
   that fetches every point of the 8 series and buckets them in numpy;
 - first frame (app start → all 8 charts drawn), target ≤ 1 s;
 - UI-thread time per live refresh (new rows appended, frame rebuilt), target ≤ 100 ms,
@@ -26,11 +26,12 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-from marinctl.analysis import series_view as sv
+from marinctl.analysis.chart_data import DEFAULT_PANELS
+from marinctl.analysis.watch_view import ViewParams, build_view
 from marinctl.store import Store
 from marinctl.store import metrics as M
 
-NAMED = list(sv.DEFAULT_PANELS) + ["_timestamp", "throughput/total_tokens", "throughput/tokens_per_second",
+NAMED = list(DEFAULT_PANELS) + ["_timestamp", "throughput/total_tokens", "throughput/tokens_per_second",
                                    "throughput/duration", "train/router/layer_0/routing_entropy"]
 HERO = [("hero-12d8b6f0-dee637", None, None), ("hero-wd-gate-router-p02-step54k", "hero-12d8b6f0-dee637", 54_000),
         ("hero-ragged_a2a-ep-step81k", "hero-wd-gate-router-p02-step54k", 81_000)]
@@ -85,13 +86,13 @@ def build(path: Path, steps: int, filler: int = 133, norm_keys: int = 600, batch
     print(f"built {path}: {n:,} SYNTHETIC values")
 
 
-def naive_read(store: Store, params: sv.ViewParams) -> None:
+def naive_read(store: Store, params: ViewParams) -> None:
     """Baseline: fetch every point of each panel's series, bucket in numpy."""
     from marinctl.store.lineage import resolve_target
 
     with store.connect() as con:
         target = resolve_target(con, "hero", stitched=True)
-        for key in sv.DEFAULT_PANELS:
+        for key in DEFAULT_PANELS:
             s, v = M.series(con, target.segments, key)
             if len(s):
                 b = np.minimum((s - s[0]) * params.buckets // max(1, s[-1] - s[0] + 1), params.buckets - 1)
@@ -212,8 +213,8 @@ def main() -> None:
         last = con.execute("SELECT max(step) FROM metrics").fetchall()[0][0]
         rows = con.execute("SELECT count(*) FROM metrics").fetchall()[0][0]
     print(f"store: {rows:,} SYNTHETIC values, hero lineage to step {last:,}")
-    params = sv.ViewParams(ref="hero", buckets=240)
-    ours = timeit(lambda: sv.build_view(store, params))
+    params = ViewParams(ref="hero", buckets=240)
+    ours = timeit(lambda: build_view(store, params))
     base = timeit(lambda: naive_read(store, params))
     print(f"{'measure':44s} {'marinctl':>10s} {'baseline':>10s} {'ratio':>7s}")
     m, b = statistics.median(ours), statistics.median(base)

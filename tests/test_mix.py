@@ -11,7 +11,8 @@ import json
 import pyarrow as pa
 import pytest
 
-from marinctl.analysis.mix import file_mix, published_mix, schedule
+from marinctl.analysis.mix import file_mix, published_mix
+from marinctl.analysis.schedule import published_phases, published_schedule
 from marinctl.domain import RunInfo
 from marinctl.store import metrics as M
 from marinctl.store.runs import refresh_last_step, upsert_run
@@ -47,10 +48,10 @@ def test_human_mix_marks_the_active_phase(cli):
 
 
 def test_rungs_switch_at_the_same_fractions():
-    d768 = schedule(11_420)
-    starts = [s for _, s, _ in d768]
-    assert starts == [0, 3160, 9136] and d768[-1][2] == 11_419
-    mix = published_mix(11_420)
+    d768 = published_phases(11_420)
+    starts = [p.start_step for p in d768]
+    assert starts == [0, 3160, 9136] and d768[-1].end_step == 11_419
+    mix = published_mix(published_schedule("rung1"))
     assert mix.active(3159).name == "initial" and mix.active(3160).name == "main"
     assert mix.notes  # says the steps were scaled
 

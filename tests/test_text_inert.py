@@ -122,7 +122,7 @@ def test_known_attacks_are_removed_exactly():
 def test_json_output_is_inert_on_a_terminal_and_lossless(s):
     import json
 
-    from marinctl.output import dumps
+    from marinctl.cli.output import dumps
 
     out = dumps({"title": s, "nested": [s]})
     assert not any(_forbidden(c) for c in out)

@@ -10,13 +10,13 @@ from __future__ import annotations
 import sys
 import threading
 import time
-import types
 
 import pytest
 
 from marinctl.errors import RuntimeFailure
 from marinctl.tui.app import WatchApp
 from marinctl.tui.capture import screen_text
+from marinctl.tui.readout import bucket_width
 from tests.tui_store import EVENT_STEP, SPIKE_STEP, build_watch_store
 
 SIZE = (150, 48)
@@ -96,7 +96,7 @@ async def test_cursor_moves_by_buckets_and_reads_out_values(watch_store):
     app = WatchApp("hero", 30, store=watch_store, autosync=False)
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot, app)
-        width = app._bucket_width()
+        width = bucket_width(app.view)
         await pilot.press("home")
         assert app.cursor_step == 0
         await pilot.press("right", "right", "right")
@@ -113,41 +113,40 @@ async def test_cursor_moves_by_buckets_and_reads_out_values(watch_store):
         assert chart.options.cursor_step == app.cursor_step
 
 
-async def test_n_jumps_to_marker_and_e_opens_explain_for_it(watch_store, monkeypatch):
-    calls = []
-
-    def fake_explain(con, target, step):
-        calls.append((target, step))
-        return {"run": target, "step": step, "findings": [
-            {"metric": "train/loss", "kind": "spike", "step": step, "cause_class": "data_batch", "confidence": 0.9,
-             "explanation": "a bad batch (synthetic finding)"}], "context": {"lr_phase": "warmup", "data_phase": "initial"}}
-
-    monkeypatch.setitem(sys.modules, "marinctl.analysis.explain", types.SimpleNamespace(explain=fake_explain))
+async def test_n_jumps_to_marker_and_e_opens_explain_for_it(watch_store, cli):
+    """`e` on the anomaly marker shows what `marinctl explain step N` prints for that step."""
     app = WatchApp("hero", 30, store=watch_store, autosync=False)
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot, app)
         await pilot.press("home", "n")
         assert app.cursor_step == SPIKE_STEP
         await pilot.press("e")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "ExplainScreen")
-        assert calls == [("hero", SPIKE_STEP)]
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "ExplainScreen" and "explain step" in screen_text(app))
         text = screen_text(app)
-        assert "a bad batch (synthetic finding)" in text and "data_batch" in text
-        assert "anomaly @250" in text
+        assert f"explain step {SPIKE_STEP} · hero" in text
+        assert "train/loss · spike at step 250" in text and "data_batch" in text
+        assert "data mix     phase 2 (main) since step 221" in text      # the synthetic hero's own 800 steps
+        assert "anomaly @250: train/loss spike" in text
         await pilot.press("escape")
         assert type(app.screen).__name__ != "ExplainScreen"
         await pilot.press("n")
         assert app.cursor_step == EVENT_STEP
+    code, out, err = cli("--db", str(watch_store.path), "explain", "step", str(SPIKE_STEP))
+    assert code == 0, err
+    assert "train/loss · spike at step 250" in out and "phase 2 (main) since step 221" in out
 
 
-async def test_explain_panel_without_the_explain_module(watch_store, monkeypatch):
-    monkeypatch.setitem(sys.modules, "marinctl.analysis.explain", None)    # import raises ImportError
+async def test_explain_failure_stays_in_the_panel(watch_store):
+    """A step the run never reached: the panel says why instead of the app failing."""
     app = WatchApp("hero", 30, store=watch_store, autosync=False)
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot, app)
-        await pilot.press("e")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "ExplainScreen")
-        assert "explain is not available" in screen_text(app)
+        app.explain_step("no-such-run", 5, [])
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "ExplainScreen" and "explain" in screen_text(app))
+        text = screen_text(app)
+        assert "could not explain step 5" in text and "no-such-run" in text
+        await pilot.press("escape")
+        assert app.is_running
 
 
 async def test_overlay_toggle_draws_rungs_on_fraction_axis(watch_store):

@@ -8,7 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from marinctl.analysis import series_view as sv
+from marinctl import rungs
+from marinctl.analysis import chart_axis, chart_data, run_header, run_list, watch_view
+from marinctl.analysis.schedule import schedule_of_target
 from marinctl.store import metrics as M
 from marinctl.store.lineage import resolve_target
 from tests.tui_store import EVENT_STEP, SPIKE_STEP, build_watch_store
@@ -36,7 +38,7 @@ def test_one_step_spike_survives_downsampling_at_every_zoom(long_store, window, 
     lo, hi = window
     with long_store.connect() as con:
         target = resolve_target(con, "synthetic-long")
-        panel = sv.load_panel(con, target, "train/loss", lo, hi, buckets=buckets, smoothing="ema")
+        panel = chart_data.load_panel(con, target, "train/loss", lo, hi, buckets=buckets, smoothing="ema")
         env = M.downsample(con, target.segments, "train/loss", lo, hi + 1, buckets)
     assert len(panel) <= buckets
     assert np.nanmax(panel.vmax) == 50.0
@@ -52,11 +54,11 @@ def test_one_step_spike_survives_downsampling_at_every_zoom(long_store, window, 
 
 def test_smoothing_ema_and_debiased_match_hand_computed_values():
     v = np.array([0.0, 1.0, 1.0])
-    assert sv.smooth(v, "none").tolist() == [0.0, 1.0, 1.0]
-    assert np.allclose(sv.smooth(v, "ema", 0.5), [0.0, 0.5, 0.75])
+    assert chart_data.smooth(v, "none").tolist() == [0.0, 1.0, 1.0]
+    assert np.allclose(chart_data.smooth(v, "ema", 0.5), [0.0, 0.5, 0.75])
     # debiased: acc = 0, 0.5, 0.75; divided by 1 - 0.5^n = 0.5, 0.75, 0.875
-    assert np.allclose(sv.smooth(v, "debiased", 0.5), [0.0, 0.5 / 0.75, 0.75 / 0.875])
-    with_nan = sv.smooth(np.array([1.0, np.nan, 3.0]), "ema", 0.5)
+    assert np.allclose(chart_data.smooth(v, "debiased", 0.5), [0.0, 0.5 / 0.75, 0.75 / 0.875])
+    with_nan = chart_data.smooth(np.array([1.0, np.nan, 3.0]), "ema", 0.5)
     assert with_nan.tolist() == [1.0, 1.0, 2.0]
 
 
@@ -69,11 +71,11 @@ def watch_store(store):
 def test_axes_map_steps_to_tokens_fraction_and_wall_time(watch_store):
     with watch_store.connect() as con:
         hero = resolve_target(con, "hero")
-        tokens = sv.axis_for(con, hero, "tokens", 0, 799)
-        frac = sv.axis_for(con, hero, "fraction", 0, 799)
-        wall = sv.axis_for(con, hero, "wall", 0, 799)
+        tokens = chart_axis.axis_for(con, hero, "tokens", 0, 799)
+        frac = chart_axis.axis_for(con, hero, "fraction", 0, 799)
+        wall = chart_axis.axis_for(con, hero, "wall", 0, 799)
         ts_steps, ts = M.series(con, hero.segments, "_timestamp")
-    sched = sv.schedule_of(hero)
+    sched = schedule_of_target(hero)
     assert sched.total_steps == 800                       # the synthetic hero's num_train_steps
     assert tokens.x([10])[0] == 10 * sched.tokens_per_step
     assert frac.x([400])[0] == pytest.approx(0.5)
@@ -88,13 +90,11 @@ def test_axes_map_steps_to_tokens_fraction_and_wall_time(watch_store):
 def test_header_stats_for_the_stitched_hero(watch_store):
     with watch_store.connect() as con:
         hero = resolve_target(con, "hero")
-        stats = sv.header_stats(con, hero)
+        stats = run_header.header_stats(con, hero)
     assert stats.step == 799 and stats.total_steps == 800
     assert stats.liveness == "stale"            # running, heartbeat months old
-    cells = dict(stats.cells())
-    assert cells["step"].startswith("799 / 800")
-    assert stats.flops_budget == sv.HERO_FLOPS_BUDGET
-    assert stats.phase == "3:cooldown"           # 799/800 is past the 0.8 switch
+    assert stats.flops_budget == rungs.rung("hero")["flops"]
+    assert (stats.phase_number, stats.phase_name) == (3, "cooldown")      # 799/800 is past the 0.8 switch
     assert 20 < stats.mfu < 25
     assert stats.eta_s == pytest.approx(19.8, rel=0.2)   # one step left at ~19.8 s/step
 
@@ -103,15 +103,15 @@ def test_liveness_from_state_and_heartbeat():
     from datetime import datetime, timedelta, timezone
 
     now = datetime(2026, 10, 1, tzinfo=timezone.utc)
-    assert sv.liveness("running", now - timedelta(minutes=2), now) == "live"
-    assert sv.liveness("running", now - timedelta(hours=2), now) == "stale"
-    assert sv.liveness("crashed", now, now) == "crashed"
-    assert sv.liveness("finished", None, now) == "finished"
+    assert run_header.liveness("running", now - timedelta(minutes=2), now) == "live"
+    assert run_header.liveness("running", now - timedelta(hours=2), now) == "stale"
+    assert run_header.liveness("crashed", now, now) == "crashed"
+    assert run_header.liveness("finished", None, now) == "finished"
 
 
 def test_sidebar_lists_hero_lineage_then_rungs(watch_store):
     with watch_store.connect() as con:
-        entries = sv.sidebar_entries(con)
+        entries = run_list.sidebar_entries(con)
     kinds = [e.kind for e in entries]
     assert kinds[:4] == ["hero", "segment", "segment", "segment"]
     assert [e.label.split()[0] for e in entries if e.kind == "rung"] == ["rung1", "rung2", "rung3", "rung4"]
@@ -121,18 +121,18 @@ def test_sidebar_lists_hero_lineage_then_rungs(watch_store):
 def test_markers_land_on_their_panels(watch_store):
     with watch_store.connect() as con:
         hero = resolve_target(con, "hero")
-        markers = sv.markers_for(con, hero, 0, 799)
-        loss = sv.load_panel(con, hero, "train/loss", 0, 799, markers=markers)
-        lr = sv.load_panel(con, hero, "optim/learning_rate", 0, 799, markers=markers)
+        markers = chart_data.markers_for(con, hero, 0, 799)
+        loss = chart_data.load_panel(con, hero, "train/loss", 0, 799, markers=markers)
+        lr = chart_data.load_panel(con, hero, "optim/learning_rate", 0, 799, markers=markers)
     assert {(m.kind, m.step) for m in markers} == {("anomaly", SPIKE_STEP), ("event", EVENT_STEP)}
     assert {m.kind for m in loss.markers} == {"anomaly", "event"}
     assert {m.kind for m in lr.markers} == {"event"}       # anomalies only on their own metric
 
 
 def test_build_view_with_filter_and_overlays(watch_store):
-    view = sv.build_view(watch_store, sv.ViewParams(ref="hero", pattern=r"router/routing_entropy_mean$"))
+    view = watch_view.build_view(watch_store, watch_view.ViewParams(ref="hero", pattern=r"router/routing_entropy_mean$"))
     assert [p.key for p in view.panels] == ["train/router/routing_entropy_mean"]
-    view = sv.build_view(watch_store, sv.ViewParams(ref="hero", xmode="fraction", overlays=True))
+    view = watch_view.build_view(watch_store, watch_view.ViewParams(ref="hero", xmode="fraction", overlays=True))
     names = {o.name for o in view.panels[0].overlays}
     assert names == {"d768", "d1024", "d1536", "d2048"}
     ov = view.panels[0].overlays[0]
@@ -141,7 +141,6 @@ def test_build_view_with_filter_and_overlays(watch_store):
 
 
 def test_plot_prints_a_chart_without_textual(watch_store, cli, monkeypatch):
-    import sys
 
     code, out, err = cli("--db", str(watch_store.path), "plot", "train/loss", "--width", "80", "--height", "16")
     assert code == 0, err
@@ -176,7 +175,7 @@ def test_repro_run_overlays_the_rung_it_reproduces(watch_store):
         con.execute("INSERT INTO metrics SELECT ?, (SELECT key_id FROM metric_keys WHERE key = 'train/loss'), s, 5.0 - s / 50"
                     " FROM range(50) t(s)", [pk])
         con.execute("UPDATE runs SET last_step = 49 WHERE run_pk = ?", [pk])
-    view = sv.build_view(watch_store, sv.ViewParams(ref="rung1", xmode="fraction", overlays=True))
+    view = watch_view.build_view(watch_store, watch_view.ViewParams(ref="rung1", xmode="fraction", overlays=True))
     loss = next(p for p in view.panels if p.key == "train/loss")
     names = [o.name for o in loss.overlays]
     assert "repro d768" in names and "d768" not in names          # the rung itself is the main curve
@@ -194,12 +193,12 @@ def test_ladder_band_appears_over_the_hero_when_the_ladder_module_provides_one(w
         return {"steps": [0, 400, 799], "lo": [3.0, 2.5, 2.2], "hi": [3.4, 2.9, 2.6]}
 
     monkeypatch.setitem(sys.modules, "marinctl.analysis.ladder", types.SimpleNamespace(predicted_band=predicted_band))
-    view = sv.build_view(watch_store, sv.ViewParams(ref="hero", xmode="fraction", overlays=True))
+    view = watch_view.build_view(watch_store, watch_view.ViewParams(ref="hero", xmode="fraction", overlays=True))
     bands = {p.key: p.band for p in view.panels}
     assert bands["grad/norm/total"] is None
     band = bands["train/loss"]
     assert band.x.tolist() == pytest.approx([0.0, 0.5, 799 / 800])
     assert band.hi.tolist() == [3.4, 2.9, 2.6]
     monkeypatch.setitem(sys.modules, "marinctl.analysis.ladder", None)       # absent: no band, no error
-    view = sv.build_view(watch_store, sv.ViewParams(ref="hero", overlays=True, xmode="fraction"))
+    view = watch_view.build_view(watch_store, watch_view.ViewParams(ref="hero", overlays=True, xmode="fraction"))
     assert all(p.band is None for p in view.panels)

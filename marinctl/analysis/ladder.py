@@ -1,6 +1,8 @@
 """Scaling-ladder fits: L(C) = L_inf + A*C^-alpha over rungs, predictions with bands, hero deviation.
 
-Headless: the `ladder` command and the watch TUI both read from here. Fitting uses scipy.
+Headless: the `ladder` command and the watch TUI both read from here (the chart is
+render/ladder.py's). Fitting uses scipy; each rung's and the hero's length come from their
+schedules (analysis/schedule.py).
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from marinctl.analysis.schedule import published_schedule, schedule_of, schedule_of_target
 from marinctl.errors import UserError
+from marinctl.store import Connection
 
 HERO_COMPUTE = 2.7e24
 DEFAULT_METRIC = "eval/paloma/macro_loss"
@@ -127,8 +131,11 @@ def published_points() -> list[dict[str, Any]]:
 
 # --- online: rungs from the store --------------------------------------------------------------
 
-def rung_series(con, metric: str) -> list[dict[str, Any]]:
-    """Each synced rung with its compute (from the rung table), steps and metric series."""
+def rung_series(con: Connection, metric: str) -> list[dict[str, Any]]:
+    """Each synced rung with its compute (from the rung table), its length (its schedule) and metric series.
+
+    A rung run whose length is unknown cannot be placed on the fraction axis and is left out.
+    """
     from marinctl import rungs as rung_table
     from marinctl.store import metrics as m
     from marinctl.store.runs import find_rung_runs
@@ -141,9 +148,12 @@ def rung_series(con, metric: str) -> list[dict[str, Any]]:
         if not runs:
             continue
         run = runs[-1]
+        total = schedule_of(run).total_steps
+        if not total:
+            continue
         steps, vals = m.series(con, [(run["run_pk"], None, None)], metric)
         out.append({"rung": r["rung"], "name": r["name"], "run": run["run_id"], "compute": float(r["flops"]),
-                    "num_train_steps": int(r["steps"]), "steps": steps, "values": vals})
+                    "num_train_steps": int(total), "steps": steps, "values": vals})
     return out
 
 
@@ -184,12 +194,19 @@ def hero_trajectory(rs, pin: float | None, hero_compute: float = HERO_COMPUTE):
     return fr, lo, mid, hi
 
 
-def _hero_steps() -> int:
-    from marinctl import rungs as rung_table
-    return int(rung_table.rung("hero")["steps"])
+def hero_steps(con: Connection) -> int:
+    """The hero's length: the stored hero's schedule, else the published one."""
+    from marinctl.errors import UserError
+    from marinctl.store.lineage import resolve_target
+
+    try:
+        total = schedule_of_target(resolve_target(con, "hero")).total_steps
+    except UserError:
+        total = None
+    return int(total or published_schedule("hero").total_steps)
 
 
-def predicted_band(con, metric: str, pin: float | None = 1.6) -> dict | None:
+def predicted_band(con: Connection, metric: str, pin: float | None = 1.6) -> dict | None:
     """For watch: {'steps','lo','mid','hi'} over the hero's steps, or None when no rungs are synced."""
     rs = [r for r in rung_series(con, metric) if len(r["steps"])]
     if len(rs) < 3:
@@ -198,11 +215,11 @@ def predicted_band(con, metric: str, pin: float | None = 1.6) -> dict | None:
     if traj is None:
         return None
     fr, lo, mid, hi = traj
-    steps = np.round(fr * _hero_steps()).astype(np.int64)
+    steps = np.round(fr * hero_steps(con)).astype(np.int64)
     return {"steps": steps, "lo": lo, "mid": mid, "hi": hi}
 
 
-def hero_deviation(con, metric: str, band: dict | None) -> dict | None:
+def hero_deviation(con: Connection, metric: str, band: dict | None) -> dict | None:
     """The live hero's latest value vs the predicted trajectory at its step (relative, +ve = worse)."""
     if band is None:
         return None
@@ -225,40 +242,14 @@ def hero_deviation(con, metric: str, band: dict | None) -> dict | None:
             "lo": float(np.interp(step, bs, band["lo"])), "hi": float(np.interp(step, bs, band["hi"]))}
 
 
-def preregistered_loss(con) -> float | None:
+def preregistered_loss(con: Connection) -> float | None:
     """A 'Pre-registered loss' stated in a synced GitHub event body, if any."""
     import re
 
-    try:
-        rows = con.execute("SELECT body FROM events WHERE body ILIKE '%pre-registered loss%' ORDER BY 1").fetchall()
-    except Exception:  # noqa: BLE001
-        return None
-    for (body,) in rows:
+    from marinctl.store.documents import event_bodies_containing
+
+    for body in event_bodies_containing(con, "pre-registered loss"):
         mt = re.search(r"pre-registered loss[^0-9]{0,40}([0-9]+\.[0-9]+)", body or "", re.I)
         if mt:
             return float(mt.group(1))
     return None
-
-
-def ladder_chart(points: list[dict[str, Any]], fit: Fit, predict: list[float] | None = None,
-                 width: int = 80, height: int = 20) -> str:
-    """A plotext log-log chart: points, fitted curve and predictions, as a string."""
-    import plotext as plt
-
-    plt.clear_figure()
-    plt.plotsize(width, height)
-    plt.theme("clear")
-    xs = [p["compute"] for p in points] + list(predict or [])
-    lo, hi = np.log10(min(xs)), np.log10(max(xs))
-    grid = np.logspace(lo, hi, 60)
-    plt.plot(np.log10(grid).tolist(), np.log10(fit.predict(grid)).tolist(), label="fit", marker="braille")
-    plt.scatter([np.log10(p["compute"]) for p in points], [np.log10(p["loss"]) for p in points], label="points", marker="o")
-    if predict:
-        plt.scatter([np.log10(c) for c in predict], np.log10(fit.predict(predict)).tolist(), label="predicted", marker="x")
-    plt.xlabel("log10 compute (FLOPs)")
-    plt.ylabel("log10 loss")
-    import re
-
-    out = re.sub(r"\x1b\[[0-9;]*m", "", plt.build())
-    plt.clear_figure()
-    return out

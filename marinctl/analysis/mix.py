@@ -5,10 +5,12 @@ step 108,000, cooldown from step 312,192 of 390,251 — and the ladder rungs swi
 same fractions of their own schedules (marin.md §6). The weights come from the best
 source the store holds, always labelled:
 1. `wandb`: the run's own `mixture/weight/*` keys (phases where `mixture/stage` changes);
-2. `file`: the synced repository file `harrier_mix_2026_08_18.json` (per-cell weights
+2. `config`: the run's staged mixture in its config (`data.train_weights`, Levanter's names);
+3. `file`: the synced repository file `harrier_mix_2026_08_18.json` (per-cell weights
    `phaseK_weights`: its phase0 is the pretraining mix, phase1 the cooldown mix);
-3. `published`: the topic-share table Marin published (marinctl/data/harrier_mix_published.json).
-Phase steps are inclusive: `end_step` is the last step of the phase.
+4. `published`: the topic-share table Marin published (marinctl/data/harrier_mix_published.json).
+Phase boundaries are the run's schedule (analysis/schedule.py). Phase steps are inclusive:
+`end_step` is the last step of the phase.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import resources
 from typing import Any
 
-import duckdb
 import numpy as np
+
+from marinctl import numbers
+from marinctl.analysis.schedule import (CONFIG, Schedule, hero_total_steps, published_mix_table, published_schedule,
+                                        schedule_of_target)
+from marinctl.store import Connection
 
 HERO_MIX_REPO = "marin-community/marin"
 HERO_MIX_PATH = "experiments/grug/moe_hero_ep/harrier_mix_2026_08_18.json"
@@ -45,7 +49,7 @@ class Phase:
 class Mix:
     phases: list[Phase]
     total_steps: int | None
-    source: str                       # 'wandb' | 'file' | 'published'
+    source: str                       # 'wandb' | 'config' | 'file' | 'published'
     label: str
     run: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -70,38 +74,31 @@ class Mix:
         }
 
 
-@lru_cache(maxsize=1)
-def published_table() -> dict[str, Any]:
-    return json.loads(resources.files("marinctl.data").joinpath("harrier_mix_published.json").read_text())
-
-
-def hero_total_steps() -> int:
-    return int(published_table()["total_steps"])
-
-
-def schedule(total_steps: int | None = None) -> list[tuple[str, int, int | None]]:
-    """(name, start, inclusive end) of each phase; rungs switch at the hero's fractions."""
-    table = published_table()
-    hero = int(table["total_steps"])
-    total = total_steps or hero
-    starts = [int(p["start_step"]) for p in table["phases"]]
-    if total != hero:
-        starts = [int(round(s * total / hero)) for s in starts]
-    names = [p["name"] for p in table["phases"]]
-    ends = [s - 1 for s in starts[1:]] + [total - 1]
-    return list(zip(names, starts, ends))
-
-
-def published_mix(total_steps: int | None = None) -> Mix:
-    table = published_table()
+def published_mix(sched: Schedule | None = None) -> Mix:
+    """Marin's published topic shares over `sched`'s data phases (default: the hero's schedule)."""
+    sched = sched or published_schedule("hero")
+    table = published_mix_table()
     scale = 100.0 if table.get("unit") == "percent" else 1.0
     phases = []
-    for i, (name, start, end) in enumerate(schedule(total_steps)):
-        weights = {domain: round(values[i] / scale, 6) for domain, values in table["weights"].items()}
-        phases.append(Phase(name, start, end, weights, "published"))
-    notes = [] if not total_steps or total_steps == hero_total_steps() else [
-        f"phase steps scaled from the hero's switches (108,000 and 312,192 of 390,251) to {total_steps:,} steps"]
-    return Mix(phases, total_steps or hero_total_steps(), "published", table["label"], notes=notes)
+    for i, p in enumerate(sched.phases):
+        weights = {domain: round(values[i] / scale, 6) for domain, values in table["weights"].items() if i < len(values)}
+        phases.append(Phase(p.name, p.start_step, p.end_step, weights, "published"))
+    total = sched.total_steps or hero_total_steps()
+    notes = [] if total == hero_total_steps() else [
+        f"phase steps scaled from the hero's switches (108,000 and 312,192 of 390,251) to {numbers.count(total)} steps"]
+    return Mix(phases, total, "published", table["label"], notes=notes)
+
+
+def config_mix(sched: Schedule) -> Mix | None:
+    """The run's own staged mixture (`data.train_weights` in its config), when it gave one."""
+    if sched.source("phases") != CONFIG or not all(p.weights for p in sched.phases):
+        return None
+    phases = []
+    for p in sched.phases:
+        total = sum(p.weights.values())
+        weights = {k: v / total for k, v in p.weights.items()} if total > 0 else dict(p.weights)
+        phases.append(Phase(p.name, p.start_step, p.end_step, weights, "config"))
+    return Mix(phases, sched.total_steps, "config", "the run's config (data.train_weights)")
 
 
 def file_phase_weights(text: str) -> list[dict[str, float]]:
@@ -121,26 +118,27 @@ def file_phase_weights(text: str) -> list[dict[str, float]]:
     return [w for _, w in sorted(found)]
 
 
-def file_mix(text: str, sha: str | None, total_steps: int | None = None) -> Mix | None:
-    """The schedule's phases with a repository file's cell weights (see module doc)."""
+def file_mix(text: str, sha: str | None, sched: Schedule | None = None) -> Mix | None:
+    """`sched`'s data phases (default: the hero's) with a repository file's cell weights (see module doc)."""
     sets = file_phase_weights(text)
     if not sets:
         return None
-    sched = schedule(total_steps)
+    sched = sched or published_schedule("hero")
+    bounds = [(p.name, p.start_step, p.end_step) for p in sched.phases]
     name = HERO_MIX_PATH.rsplit("/", 1)[-1] + (f"@{sha[:10]}" if sha else "")
     notes = []
-    if len(sets) == len(sched):
-        picks = list(range(len(sched)))
+    if len(sets) == len(bounds):
+        picks = list(range(len(bounds)))
     else:  # a pretrain + cooldown file: phase0 for every phase before the cooldown
-        picks = [0] * (len(sched) - 1) + [len(sets) - 1]
+        picks = [0] * (len(bounds) - 1) + [len(sets) - 1]
         notes.append(f"{name} has {len(sets)} phases: phase0 (pretraining) is shown for "
-                     + ", ".join(n for n, _, _ in sched[:-1]) + f"; phase{len(sets) - 1} for {sched[-1][0]}. "
+                     + ", ".join(n for n, _, _ in bounds[:-1]) + f"; phase{len(sets) - 1} for {bounds[-1][0]}. "
                      "The step-108,000 mix change (PR #9162) is recorded in another file.")
-    phases = [Phase(n, s, e, sets[k], f"{name} phase{k}") for (n, s, e), k in zip(sched, picks)]
-    return Mix(phases, total_steps or hero_total_steps(), "file", f"repository file {name}", notes=notes)
+    phases = [Phase(n, s, e, sets[k], f"{name} phase{k}") for (n, s, e), k in zip(bounds, picks)]
+    return Mix(phases, sched.total_steps or hero_total_steps(), "file", f"repository file {name}", notes=notes)
 
 
-def wandb_mix(con: duckdb.DuckDBPyConnection, segments, run_name: str | None) -> Mix | None:
+def wandb_mix(con: Connection, segments, run_name: str | None) -> Mix | None:
     """Phases and weights from the run's own `mixture/*` keys, when it logged them."""
     from marinctl.store import metrics as M
 
@@ -174,47 +172,39 @@ def wandb_mix(con: duckdb.DuckDBPyConnection, segments, run_name: str | None) ->
     return Mix(phases, None, "wandb", "the run's logged mixture/weight/* keys", run=run_name)
 
 
-def stored_file(con: duckdb.DuckDBPyConnection) -> tuple[str, str | None] | None:
-    row = con.execute("SELECT content, sha FROM repo_files WHERE repo = ? AND path = ?",
-                      [HERO_MIX_REPO, HERO_MIX_PATH]).fetchone()
-    return (row[0], row[1]) if row else None
+def mix_for(con: Connection, run: str | None = None) -> tuple[Mix, int | None]:
+    """The mixture for RUN (None: the hero) and the run's last step, best source first.
 
-
-def mix_for(con: duckdb.DuckDBPyConnection, run: str | None = None) -> tuple[Mix, int | None]:
-    """The mixture for RUN (None: the hero) and the run's last step, best source first."""
+    Phase boundaries are the run's own schedule (analysis/schedule.py); a rung named with
+    nothing stored (`rung1`, `d768`) gets the published rung's.
+    """
     from marinctl import rungs
     from marinctl.errors import UserError
+    from marinctl.store.documents import repo_file
     from marinctl.store.lineage import resolve_target
 
-    total: int | None = None
-    target = None
     name = run or "hero"
-    rung_names = {r["rung"]: r for r in rungs.rungs()} | {r["name"]: r for r in rungs.rungs()}
-    if run in rung_names:
-        total = int(rung_names[run]["steps"])
-        try:
-            target = resolve_target(con, run)
-        except UserError:
-            target = None
-    elif run is not None and run != "hero":
-        target = resolve_target(con, run, stitched=True)
-        text = f"{target.leaf['run_id']} {target.leaf.get('name') or ''}"
-        for r in rungs.rungs():
-            if r["rung"] != "hero" and re.search(rf"(?<![\d]){r['name']}(?!\d)", text):
-                total = int(r["steps"])
-    else:
-        try:
-            target = resolve_target(con, "hero")
-        except UserError:
-            target = None
-    if total is not None and total == hero_total_steps():
-        total = None
+    published = {r["rung"] for r in rungs.rungs()} | {r["name"] for r in rungs.rungs()}
+    target, sched = None, None
+    try:
+        target = resolve_target(con, name, stitched=name not in published)
+    except UserError:
+        if name not in published:
+            raise
+        sched = published_schedule(name)
     last_step = target.leaf.get("last_step") if target else None
+    notes = []
     if target is not None:
         found = wandb_mix(con, target.segments, target.name)
         if found:
             return found, last_step
-    stored = stored_file(con)
-    mix = (file_mix(stored[0], stored[1], total) if stored else None) or published_mix(total)
+        sched = schedule_of_target(target)
+        if not sched.phases:
+            notes.append(f"{target.name}'s schedule does not say its data phases; showing the hero's published phases")
+            sched = published_schedule("hero")
+    stored = repo_file(con, HERO_MIX_REPO, HERO_MIX_PATH)
+    mix = (config_mix(sched) or (file_mix(stored[0], stored[1], sched) if stored else None)
+           or published_mix(sched))
     mix.run = target.name if target else name
+    mix.notes = notes + mix.notes
     return mix, last_step

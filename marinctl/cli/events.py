@@ -6,7 +6,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from marinctl import output
+from marinctl import numbers
+from marinctl.cli import output
 
 
 def register(app: typer.Typer) -> None:
@@ -52,7 +53,7 @@ def events(
 def _step(step: int | None, basis: str | None) -> str | None:
     if step is None:
         return None
-    return f"{step:,}" + ("~" if basis == "time" else "")
+    return numbers.count(step) + ("~" if basis == "time" else "")
 
 
 def mix(
@@ -83,7 +84,7 @@ def _print_mix(found, step: int | None, top: int) -> None:
     active = found.active(step)
     print(f"data mix · {inert(found.label, single_line=True)}" + (f" · run {inert(found.run, single_line=True)}" if found.run else ""))
     if step is not None:
-        print(f"step {step:,}: " + (f"phase {active.name!s}" if active else "outside every phase"))
+        print(f"step {numbers.count(step)}: " + (f"phase {active.name!s}" if active else "outside every phase"))
     domains: dict[str, float] = {}
     for p in found.phases:
         for d, w in p.weights.items():
@@ -91,7 +92,7 @@ def _print_mix(found, step: int | None, top: int) -> None:
     order = sorted(domains, key=lambda d: ("remainder" in d, -domains[d], d))
     shown, rest = order[:max(1, top)], order[max(1, top):]
     headers = ["domain"] + [("▶ " if p is active else "") + p.name for p in found.phases]
-    rows: list[list[Any]] = [["steps"] + [f"{p.start_step:,}–{p.end_step:,}" if p.end_step is not None else f"{p.start_step:,}–"
+    rows: list[list[Any]] = [["steps"] + [f"{numbers.count(p.start_step)}–{numbers.count(p.end_step, missing='')}"
                                           for p in found.phases]]
     for d in shown:
         rows.append([d] + [_pct(p.weights.get(d)) for p in found.phases])
@@ -103,4 +104,4 @@ def _print_mix(found, step: int | None, top: int) -> None:
 
 
 def _pct(w: float | None) -> str:
-    return "-" if w is None else f"{100 * w:.1f}%"
+    return numbers.percent(w, 1, missing="-")

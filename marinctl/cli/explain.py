@@ -1,4 +1,7 @@
-"""`explain step N` (why a step looks the way it does) and `anomalies` (stored detections)."""
+"""`explain step N` (why a step looks the way it does) and `anomalies` (stored detections).
+
+The words come from render/explain.py, the same text watch's `e` panel shows.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from marinctl import output
+from marinctl import numbers
+from marinctl.cli import output
 
 explain_app = typer.Typer(help="Explain what is unusual at a step: ranked findings, evidence, cause, context.",
                           no_args_is_help=True, rich_markup_mode=None)
@@ -40,7 +44,9 @@ def step(
     if json_out:
         output.print_json(doc)
         return
-    print(render(doc), end="")
+    from marinctl.render.explain import explain_text
+
+    print(explain_text(doc), end="")
 
 
 def anomalies(
@@ -61,107 +67,5 @@ def anomalies(
         print(f"no anomalies detected for {target.name} — detection runs after each `marinctl sync`")
         return
     output.print_table(["step", "run", "metric", "kind", "score", "cause"],
-                       [(f"{r['step']:,}", r["run"], r["metric"], r["kind"], r["score"], r["cause_class"]) for r in rows])
+                       [(numbers.count(r["step"]), r["run"], r["metric"], r["kind"], r["score"], r["cause_class"]) for r in rows])
     print(f"\n{len(rows)} detections · details: marinctl explain step N" + (f" --run {target.name}" if run else ""))
-
-
-def _num(x) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        return f"{x:,.4g}" if abs(x) < 1e6 else f"{x:.4g}"
-    return f"{x:,}" if isinstance(x, int) else str(x)
-
-
-def _wrap(text: str, indent: str = "   ", width: int = 96) -> list[str]:
-    import textwrap
-
-    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent)
-
-
-def render(doc: dict) -> str:
-    """Human form of the explain document; every stored string passes through `inert`."""
-    from marinctl.text import inert
-
-    t = lambda v: inert(v, single_line=True)  # noqa: E731
-    lines = []
-    head = f"explain step {doc['step']:,} · {t(doc['run'])}"
-    if doc.get("stitched"):
-        head += f" (stitched lineage; this step is in {t(doc['run_at_step'])})"
-    if doc.get("synthetic"):
-        head += " · SYNTHETIC data"
-    lines += [head, ""]
-    findings = doc["findings"]
-    if not findings:
-        lines += ["Nothing unusual at or near this step: no spike, jump, drift, gap or slowdown was detected", ""]
-    for i, f in enumerate(findings, 1):
-        lines.append(f"{i}. {t(f['metric'])} · {f['kind'].replace('_', ' ')} at step {f['step']:,}"
-                     f"   [{f['cause_class']} · confidence {f['confidence']:.2f}]")
-        ev = f["evidence"]
-        if "value" in ev and "baseline" in ev:
-            z = ev.get("z")
-            lines.append(f"   value {_num(ev['value'])} vs baseline {_num(ev['baseline'])}" + (f" (robust z {z:.1f})" if isinstance(z, float) else ""))
-        if ev.get("grad_step") is not None:
-            lines.append(f"   grad norm at step {ev['grad_step']:,}: {_num(ev.get('grad_value'))} vs {_num(ev.get('grad_baseline'))}"
-                         f" (z {ev.get('grad_z', 0):.1f}, {ev.get('precursor_steps')} step(s) before the loss)")
-        if f["kind"] == "param_norm_jump":
-            lines.append(f"   ‖θ‖ {_num(ev.get('previous_value'))} → {_num(ev.get('value'))} between steps {ev.get('previous_step'):,} and {f['step']:,};"
-                         f" Δ‖θ‖² = {_num(ev.get('delta_sq'))} (z {ev.get('z', 0):.1f})")
-            if ev.get("by_module"):
-                lines.append("   by module: " + " · ".join(f"{t(r.get('label', r['module']))} {r['share']:+.1%}" for r in ev["by_module"][:5]))
-            if ev.get("by_layer"):
-                lines.append("   by layer:  " + " · ".join(f"{t(r['label'])} {r['share']:+.1%}" for r in ev["by_layer"][:5]))
-        if f["kind"] in ("sustained_rise", "throughput_collapse") and ev.get("steps"):
-            lines.append(f"   steps {ev.get('start'):,}–{ev.get('end'):,} ({ev['steps']} steps)")
-        if f.get("attribution") and f["kind"] != "param_norm_jump":
-            lines.append("   by layer: " + " · ".join(f"{t(a['name'])} {a['share']:.0%}" for a in f["attribution"][:4]))
-        if f["kind"] == "param_norm_jump" and f.get("attribution"):
-            lines.append("   top leaves: " + " · ".join(f"{t(a['name'].replace('params/norm/', ''))} {a['share']:+.1%}" for a in f["attribution"][:3]))
-        lines += _wrap(t(f["explanation"]))
-        for link in f.get("links", []):
-            lines.append(f"   W&B: {t(link)}")
-        lines.append("")
-    c = doc["context"]
-    lr = c.get("lr", {})
-    lines.append("context")
-    lr_text = f"{c['lr_phase']}"
-    if lr.get("warmup_end_step") is not None:
-        lr_text += f" (warm-up ends at step {lr['warmup_end_step']:,}"
-        lr_text += f" of {lr['total_steps']:,}, {lr.get('schedule_from')})" if lr.get("total_steps") else ")"
-    if lr.get("learning_rate") is not None:
-        lr_text += f"; lr {lr['learning_rate']:.4g}"
-    lines.append(f"  LR schedule  {lr_text}")
-    dp = c.get("data", {})
-    if dp.get("name"):
-        nxt = f"; next switch at step {dp['next_switch']:,}" if dp.get("next_switch") else ""
-        lines.append(f"  data mix     phase {dp['number']} ({t(dp['name'])}) since step {dp['start_step']:,}{nxt}")
-    if c.get("evals"):
-        lines.append("  evals        at steps " + ", ".join(f"{s:,}" for s in c["evals"][:6]))
-    if c.get("checkpoints"):
-        lines.append("  checkpoints  at steps " + ", ".join(f"{s:,}" for s in c["checkpoints"][:6]))
-    for p in c.get("lineage", []):
-        lines.append(f"  lineage      {t(p['run'])} forked from {t(p['parent'])} at step {p['fork_step']:,}")
-    ev = c.get("events", [])
-    if ev:
-        lines.append(f"  events       (within ±{c.get('event_window', 0):,} steps)")
-        for e in ev[:6]:
-            step = f"step {e['step']:,}" if e.get("step") is not None else "step ?"
-            lines.append(f"    {step:<13} {t(e.get('kind'))}: {t(e.get('title'))[:70]}  {t(e.get('url') or '')}")
-    else:
-        lines.append(f"  events       none within ±{c.get('event_window', 0):,} steps")
-    moved = c.get("moved", [])
-    if moved:
-        for i, m in enumerate(moved[:4]):
-            lines.append(("  also moved   " if i == 0 else "               ")
-                         + f"{t(m['metric'])}: {_num(m['value'])} vs {_num(m['baseline'])} (z {m['z']:.0f})")
-    else:
-        lines.append("  also moved   nothing else stood out at this step")
-    if doc.get("metric_evidence"):
-        me = doc["metric_evidence"]
-        lines.append(f"  {t(me['metric'])} at step {me['step']:,}: {_num(me.get('value'))}"
-                     + (f" vs baseline {_num(me.get('baseline'))}" if me.get("baseline") is not None else "")
-                     + (f" (robust z {me['z']:.1f})" if isinstance(me.get("z"), float) else ""))
-        if me.get("role_note"):
-            lines.append(f"  {'':13}{me['module'].replace('_', ' ')}, " + (f"layer {me['layer']}: " if me.get("layer") is not None else "")
-                         + me["role_note"])
-    return "\n".join(lines) + "\n"

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from marinctl import output
+from marinctl.cli import output
 
 
 def register(app: typer.Typer) -> None:
@@ -48,7 +48,7 @@ def ladder(
     if json_out:
         output.print_json(doc)
         return
-    _render(doc, pts, fit, predict, lad)
+    _render(doc, pts, fit, predict)
 
 
 def _rungs_or_published(lad, metric, pin):
@@ -76,22 +76,26 @@ def _rungs_or_published(lad, metric, pin):
     return lad.published_points(), "published-v16-isoflop", None
 
 
-def _render(doc, pts, fit, predict, lad) -> None:
+def _render(doc, pts, fit, predict) -> None:
+    from marinctl import numbers as N
+    from marinctl.render.ladder import ladder_chart
     from marinctl.text import inert
 
     print(f"source: {doc['source']}   metric: {inert(doc['metric'])}")
     output.print_table(["rung", "compute", "loss", "fitted"],
-                       [[inert(r["name"]), f"{r['compute']:.3g}", f"{r['loss']:.4f}", f"{r['fitted']:.4f}"] for r in doc["rungs"]])
+                       [[inert(r["name"]), N.sig(r["compute"], 3), N.fixed(r["loss"]), N.fixed(r["fitted"])] for r in doc["rungs"]])
     f = doc["fit"]
-    linf = f"{f['L_inf']:.4f} (pinned)" if f["pinned"] else f"{f['L_inf']:.4f} ± {f['L_inf_err']:.4f}"
-    print(f"\nL(C) = L_inf + A·C^-alpha   L_inf = {linf}   A = {f['A']:.4g} ± {f['A_err']:.2g}   "
-          f"alpha = {f['alpha']:.4f} ± {f['alpha_err']:.4f}")
+    linf = f"{N.fixed(f['L_inf'])} (pinned)" if f["pinned"] else f"{N.fixed(f['L_inf'])} ± {N.fixed(f['L_inf_err'])}"
+    print(f"\nL(C) = L_inf + A·C^-alpha   L_inf = {linf}   A = {N.sig(f['A'])} ± {N.sig(f['A_err'], 2)}   "
+          f"alpha = {N.fixed(f['alpha'])} ± {N.fixed(f['alpha_err'])}")
     for p in doc["predictions"]:
-        print(f"predicted at C = {p['compute']:.3g}: {p['loss']:.4f}  (leave-one-out band {p['lo']:.4f} – {p['hi']:.4f})")
+        print(f"predicted at C = {N.sig(p['compute'], 3)}: {N.fixed(p['loss'])}  "
+              f"(leave-one-out band {N.fixed(p['lo'])} – {N.fixed(p['hi'])})")
     dev = doc.get("hero_deviation")
     if dev:
-        print(f"hero at step {dev['step']}: {dev['value']:.4f} vs predicted {dev['predicted']:.4f}  ({dev['deviation']:+.2%})")
+        print(f"hero at step {N.count(dev['step'])}: {N.fixed(dev['value'])} vs predicted {N.fixed(dev['predicted'])}"
+              f"  ({N.percent(dev['deviation'], 2, signed=True)})")
     if doc.get("preregistered_loss") is not None:
-        print(f"pre-registered loss: {doc['preregistered_loss']}")
+        print(f"pre-registered loss: {N.sig(doc['preregistered_loss'], 6)}")
     print()
-    print(lad.ladder_chart(pts, fit, predict))
+    print(ladder_chart(pts, fit, predict))

@@ -17,7 +17,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from marinctl import output, paths
+from marinctl import paths
+from marinctl.cli import output
 from marinctl.errors import RuntimeFailure, UserError
 
 

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from marinctl import output
+from marinctl.cli import output
 from marinctl.errors import UserError
 
 

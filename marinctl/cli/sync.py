@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from marinctl import output
+from marinctl.cli import output
 
 
 def register(app: typer.Typer) -> None:

@@ -1,7 +1,8 @@
 """`watch` (the live TUI) and `plot` (one chart on stdout, for scripts and pipes).
 
-Both draw what `marinctl.analysis.series_view` computes. `plot` never imports textual:
-it paints on a plain plotext figure, uncoloured when stdout is not a terminal.
+Both draw what analysis computes (analysis/chart_data.py and chart_axis.py). `plot` never
+imports textual: render/chart.py paints it on plotext's own figure, uncoloured when stdout
+is not a terminal.
 """
 
 from __future__ import annotations
@@ -50,15 +51,18 @@ def plot(
     smoothing: Annotated[str, typer.Option("--smoothing", help="none, ema or debiased.")] = "ema",
     x_axis: Annotated[str, typer.Option("--x", help="step, tokens, fraction or wall.")] = "step",
 ) -> None:
-    from marinctl.analysis import series_view as sv
+    from marinctl.analysis import chart_axis, chart_data
+    from marinctl.render.chart import chart_text
     from marinctl.store import open_store
     from marinctl.store import metrics as M
+    from marinctl.store import series as S
     from marinctl.store.lineage import resolve_target
+    from marinctl.text import inert
 
-    if smoothing not in sv.SMOOTHINGS:
-        raise UserError(f"unknown smoothing {smoothing!r} (known: {', '.join(sv.SMOOTHINGS)})", "try `--smoothing ema`")
-    if x_axis not in sv.X_MODES:
-        raise UserError(f"unknown x axis {x_axis!r} (known: {', '.join(sv.X_MODES)})", "try `--x step`")
+    if smoothing not in chart_data.SMOOTHINGS:
+        raise UserError(f"unknown smoothing {smoothing!r} (known: {', '.join(chart_data.SMOOTHINGS)})", "try `--smoothing ema`")
+    if x_axis not in chart_axis.X_MODES:
+        raise UserError(f"unknown x axis {x_axis!r} (known: {', '.join(chart_axis.X_MODES)})", "try `--x step`")
     tty = sys.stdout.isatty()
     cols = width or (shutil.get_terminal_size((100, 24)).columns if tty else 100)
     rows = height or 24
@@ -66,7 +70,7 @@ def plot(
         raise UserError(f"a {cols}x{rows} chart is too small", "use --width 20 or more and --height 6 or more")
     with open_store().connect() as con:
         target = resolve_target(con, run, stitched=True)
-        if not sv.has_data(con, target, key):
+        if not chart_data.has_data(con, target, key):
             import difflib
 
             keys = M.run_keys(con, target.run_pks)
@@ -75,18 +79,12 @@ def plot(
                 f"no metric {key!r} stored for {target.name}" + (f" (did you mean {', '.join(close)}?)" if close else ""),
                 "list stored keys with `marinctl sql \"SELECT key FROM metric_keys ORDER BY 1\"`",
             )
-        lo, hi = sv.key_step_range(con, target, [key])
-        axis = sv.axis_for(con, target, x_axis, int(lo), int(hi))
-        markers = sv.markers_for(con, target, int(lo), int(hi))
-        panel = sv.load_panel(con, target, key, int(lo), int(hi), buckets=max(50, 2 * cols), smoothing=smoothing,
-                              axis=axis, markers=markers)
-    from plotext._figure import _figure_class
-    from plotext._utility import uncolorize
-
-    fig = _figure_class()
+        lo, hi = S.key_step_range(con, target.segments, [key])
+        axis = chart_axis.axis_for(con, target, x_axis, int(lo), int(hi))
+        markers = chart_data.markers_for(con, target, int(lo), int(hi))
+        panel = chart_data.load_panel(con, target, key, int(lo), int(hi), buckets=max(50, 2 * cols),
+                                      smoothing=smoothing, axis=axis, markers=markers)
     title = f"{key} — {target.name}" + (f" ({target.leaf['run_id']})" if target.stitched else "")
-    from marinctl.text import inert
-
-    sv.paint(fig, panel, width=cols, height=rows, logy=log_y, axis=axis, title=inert(title, single_line=True))
-    text = fig.build()
-    sys.stdout.write((text if tty else uncolorize(text)) + "\n")
+    text = chart_text(panel, width=cols, height=rows, logy=log_y, axis=axis, title=inert(title, single_line=True),
+                      color=tty)
+    sys.stdout.write(text + "\n")

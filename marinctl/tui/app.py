@@ -1,10 +1,10 @@
 """`marinctl watch`: the live view of a run, its lineage, its markers and the ladder.
 
-The UI thread never waits on the network or the database. Three kinds of thread worker
-post messages back (tui/messages.py): `sync` (every `interval` seconds, appends to the
-store under the per-target sync lock), `load` (reads one frame's data through a short
-connection and pre-builds the chart frames) and `paint` (rebuilds frames when only the
-cursor or log-y changed). Failures become notifications; the last good frame stays up.
+This module lays the screen out and handles what workers post back. The UI thread never
+waits on the network or the database: thread workers (tui/workers.py) read, sync and
+build chart frames and post messages (tui/messages.py); keys (tui/keys.py) only change
+the view parameters and start workers. Failures become notifications; the last good
+frame stays up.
 """
 
 from __future__ import annotations
@@ -19,16 +19,18 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Input, OptionList, Static
 
-from marinctl.analysis import series_view as sv
-from marinctl.errors import MarinctlError, RuntimeFailure
+from marinctl.analysis.watch_view import View, ViewParams
+from marinctl.errors import MarinctlError
 from marinctl.store import Store
 from marinctl.tui import messages as msg
 from marinctl.tui.charts import MetricChart, PaintOptions
+from marinctl.tui.keys import KeyActions
+from marinctl.tui.readout import readout_line, view_line
 from marinctl.tui.screens.explain import ExplainScreen
-from marinctl.tui.screens.help import HelpScreen
 from marinctl.tui.widgets.grid import ChartGrid
 from marinctl.tui.widgets.sidebar import RunsSidebar
 from marinctl.tui.widgets.status import StatusHeader
+from marinctl.tui.workers import Workers
 
 SyncFn = Callable[[Store, list[str]], dict]
 
@@ -39,7 +41,7 @@ def default_sync(store: Store, targets: list[str]) -> dict:
     return sync_targets(store, targets)
 
 
-class WatchApp(App):
+class WatchApp(KeyActions, Workers, App):
     """Runs sidebar, header, metric grid, cursor readout; keys in screens/help.py."""
 
     CSS_PATH = "app.tcss"
@@ -84,8 +86,8 @@ class WatchApp(App):
         self.sync_fn = sync_fn or default_sync
         self.autosync = autosync
         self.sync_targets: list[str] = []
-        self.params = sv.ViewParams(ref=view_ref)
-        self.view: sv.View | None = None
+        self.params = ViewParams(ref=view_ref)
+        self.view: View | None = None
         self.options = PaintOptions()
         self.cursor_step: float | None = None          # None: follow the newest step
         self.all_keys: tuple[str, ...] | None = None
@@ -126,12 +128,12 @@ class WatchApp(App):
         width = max(60, self.size.width - 34)
         return int(max(80, min(600, width)))
 
-    def _with(self, **changes: Any) -> sv.ViewParams:
+    def _with(self, **changes: Any) -> ViewParams:
         from dataclasses import replace
 
         return replace(self.params, **changes)
 
-    # -- workers (thread) ----------------------------------------------------------------
+    # -- planning (a thread worker) -------------------------------------------------------
     def _plan_worker(self) -> None:
         from marinctl.sync import plan_watch
 
@@ -143,101 +145,6 @@ class WatchApp(App):
         except Exception as exc:  # noqa: BLE001 — a broken store must not crash the view
             self.post_message(msg.Planned(self.params.ref, [], error=f"{type(exc).__name__}: {exc}"))
 
-    def _load_worker(self, params: sv.ViewParams, options: PaintOptions) -> None:
-        try:
-            view = sv.build_view(self.store, params)
-        except Exception as exc:  # noqa: BLE001
-            self.call_from_thread(self.notify, f"could not read the store: {exc}", severity="error")
-            return
-        frames: dict[str, Any] = {}
-        charts = dict(self._charts())
-        axis = view.axis
-        for panel in view.panels:
-            chart = charts.get(panel.key)
-            if chart is None or axis is None or chart.size.width <= 0:
-                continue
-            size = (chart.size.width, chart.size.height)
-            frames[panel.key] = (size, chart.prepare(panel, axis, self._options_for(options, view), size))
-        self.post_message(msg.ViewLoaded(view, frames))
-
-    def _paint_worker(self, options: PaintOptions) -> None:
-        view = self.view
-        if view is None or view.axis is None:
-            return
-        frames = {}
-        for key, chart in dict(self._charts()).items():
-            panel = next((p for p in view.panels if p.key == key), None)
-            if panel is None or chart.size.width <= 0:
-                continue
-            size = (chart.size.width, chart.size.height)
-            frames[key] = (size, chart.prepare(panel, view.axis, options, size))
-        self.post_message(msg.FramesReady(options, frames))
-
-    def _sync_worker(self, targets: list[str]) -> None:
-        from marinctl.store import synclock
-
-        try:
-            with synclock.acquire_all(self.store.path, targets, owner="watch"):
-                report = self.sync_fn(self.store, targets)
-        except RuntimeFailure as exc:
-            busy = "already syncing" in exc.message
-            self.post_message(msg.SyncFinished(False, "", error=exc.message, offline=not busy))
-            return
-        except MarinctlError as exc:
-            self.post_message(msg.SyncFinished(False, "", error=exc.message))
-            return
-        except Exception as exc:  # noqa: BLE001 — e.g. a network error class we did not map
-            self.post_message(msg.SyncFinished(False, "", error=f"{type(exc).__name__}: {exc}", offline=True))
-            return
-        runs = (report or {}).get("runs") or []
-        rows = sum(int(r.get("rows_added") or 0) for r in runs)
-        first = runs[-1].get("run") if runs else None
-        self.post_message(msg.SyncFinished(True, f"{rows} rows" + (f"|{first}" if first else "")))
-
-    def _explain_worker(self, ref: str, step: int, nearby: list[sv.Marker]) -> None:
-        try:
-            with self.store.connect() as con:
-                text = sv.explain_text(con, ref, step, nearby)
-        except Exception as exc:  # noqa: BLE001
-            text = f"could not explain step {step}: {exc}"
-        self.post_message(msg.ExplainReady(step, text))
-
-    def _keys_worker(self, ref: str | None) -> None:
-        from marinctl.store.lineage import resolve_target
-        from marinctl.store.metrics import run_keys
-
-        try:
-            with self.store.connect() as con:
-                target = resolve_target(con, ref, stitched=True)
-                keys = run_keys(con, target.run_pks)
-        except Exception:  # noqa: BLE001 — the filter then computes keys itself
-            return
-        self.post_message(msg.KeysLoaded(keys))
-
-    # -- scheduling ----------------------------------------------------------------------
-    def reload(self) -> None:
-        self.run_worker(lambda p=self.params, o=self.options: self._load_worker(p, o), thread=True,
-                        exclusive=True, group="load", exit_on_error=False)
-
-    def repaint(self) -> None:
-        self.run_worker(lambda o=self._options_for(self.options, self.view): self._paint_worker(o), thread=True,
-                        exclusive=True, group="paint", exit_on_error=False)
-
-    def sync_now(self) -> None:
-        if self._syncing or not self.sync_targets:
-            return
-        self._syncing = True
-        self._header.syncing = True
-        self.run_worker(lambda t=list(self.sync_targets): self._sync_worker(t), thread=True, group="sync",
-                        exit_on_error=False)
-
-    def _options_for(self, options: PaintOptions, view: sv.View | None) -> PaintOptions:
-        from dataclasses import replace
-
-        if self.cursor_step is None and view is not None and view.panels:
-            return replace(options, cursor_step=None)
-        return replace(options, cursor_step=self.cursor_step)
-
     # -- message handlers (UI thread: keep them short) -------------------------------------
     def on_planned(self, message: msg.Planned) -> None:
         self._planned = True
@@ -246,7 +153,7 @@ class WatchApp(App):
             self.notify(message.error, title="watch", severity="error")
         self.params = self._with(ref=message.view_ref)
         self.reload()
-        self.run_worker(lambda r=message.view_ref: self._keys_worker(r), thread=True, group="keys", exit_on_error=False)
+        self.load_keys(message.view_ref)
         if self.autosync and self.sync_targets:
             self.sync_now()
             self.set_interval(self.interval, self.sync_now)
@@ -263,7 +170,7 @@ class WatchApp(App):
         cache = view.cache_time.strftime("%Y-%m-%d %H:%M UTC") if view.cache_time else "never"
         if header.offline_since is not None:
             header.offline_since = cache
-        header.update_stats(view.header, self._view_line(view))
+        self._show_header(view)
         self._sidebar.show_entries(view.sidebar, view.ref)
         text = ""
         if view.error:
@@ -279,7 +186,7 @@ class WatchApp(App):
         self._update_readout()
         self.ui_seconds += time.perf_counter() - t0
 
-    def _sync_charts(self, view: sv.View, frames: dict[str, Any]) -> None:
+    def _sync_charts(self, view: View, frames: dict[str, Any]) -> None:
         grid = self._grid
         charts = self._charts()
         keys = [p.key for p in view.panels]
@@ -345,7 +252,7 @@ class WatchApp(App):
             self.params = self._with(ref=ref, lo=None, hi=None)
             self.cursor_step = None
             self.reload()
-            self.run_worker(lambda r=ref: self._keys_worker(r), thread=True, group="keys", exit_on_error=False)
+            self.load_keys(ref)
 
     @on(Input.Submitted, "#filter")
     def _filter_submitted(self, event: Input.Submitted) -> None:
@@ -361,49 +268,16 @@ class WatchApp(App):
         self.reload()
 
     # -- readout ---------------------------------------------------------------------------
-    def _view_line(self, view: sv.View) -> str:
-        p = view.params
-        zoom = "full range" if p.lo is None and p.hi is None else f"steps {view.lo:,}–{view.hi:,}"
-        parts = [f"x: {view.axis.label if view.axis else p.xmode}", f"smoothing: {p.smoothing}",
-                 f"log-y: {'on' if self.options.logy else 'off'}", zoom]
-        if p.overlays:
-            parts.append("overlays on")
-        if p.pattern:
-            parts.append(f"filter /{p.pattern}/")
-        return " · ".join(parts)
+    def _show_header(self, view: View) -> None:
+        self._header.update_stats(view.header, view_line(view, self.options.logy))
 
     def _update_readout(self) -> None:
         view = self.view
-        readout = self._readout
         if view is None or not view.panels:
-            readout.update("")
+            self._readout.update("")
             return
         step = self.cursor_step if self.cursor_step is not None else float(view.hi)
-        parts = [f"▏step {int(round(step)):,}"]
-        if view.axis is not None and view.axis.mode != "step":
-            parts[0] += f" ({view.axis.label} {float(view.axis.x([step])[0]):.4g})"
-        for panel in view.panels[:6]:
-            text = panel.readout(step)
-            if text:
-                parts.append(text)
-        near = self._markers_near(step)
-        if near:
-            parts.append(" ".join(("✕ " if m.kind == "anomaly" else "│ ") + m.label[:40] for m in near[:2]))
-        from marinctl.text import inert
-
-        readout.update(inert("  ".join(parts), single_line=True))
-
-    def _bucket_width(self) -> float:
-        view = self.view
-        if view is None:
-            return 1.0
-        return max(1.0, (view.hi - view.lo) / max(1, view.params.buckets))
-
-    def _markers_near(self, step: float) -> list[sv.Marker]:
-        if self.view is None:
-            return []
-        w = self._bucket_width()
-        return [m for m in self.view.markers if abs(m.step - step) <= w]
+        self._readout.update(readout_line(view, step))
 
     def _cursor_moved(self) -> None:
         self._update_readout()
@@ -411,125 +285,6 @@ class WatchApp(App):
 
     def _charts(self) -> dict[str, MetricChart]:
         return {c.key: c for c in self._grid.query(MetricChart)}
-
-    # -- actions ---------------------------------------------------------------------------
-    def action_help(self) -> None:
-        self.push_screen(HelpScreen())
-
-    def action_filter(self) -> None:
-        box = self._filter
-        box.display = True
-        box.value = self.params.pattern or ""
-        box.focus()
-
-    def action_clear_filter(self) -> None:
-        box = self._filter
-        box.display = False
-        if self.params.pattern:
-            self.params = self._with(pattern=None)
-            self.reload()
-        self._grid.focus()
-
-    def action_cursor(self, buckets: int) -> None:
-        view = self.view
-        if view is None:
-            return
-        step = self.cursor_step if self.cursor_step is not None else float(view.hi)
-        self.cursor_step = float(min(view.hi, max(view.lo, step + buckets * self._bucket_width())))
-        self._cursor_moved()
-
-    def action_cursor_edge(self, end: int) -> None:
-        if self.view is not None:
-            self.cursor_step = float(self.view.hi if end else self.view.lo)
-            self._cursor_moved()
-
-    def action_marker(self, direction: int) -> None:
-        view = self.view
-        if view is None or not view.markers:
-            self.notify("no markers in view")
-            return
-        step = self.cursor_step if self.cursor_step is not None else float(view.hi)
-        steps = sorted({m.step for m in view.markers})
-        later = [s for s in steps if s > step + 0.5] if direction > 0 else [s for s in steps if s < step - 0.5]
-        if not later:
-            return
-        self.cursor_step = float(later[0] if direction > 0 else later[-1])
-        self._cursor_moved()
-
-    def action_explain(self) -> None:
-        view = self.view
-        if view is None or view.error:
-            self.notify("nothing to explain yet")
-            return
-        step = int(round(self.cursor_step if self.cursor_step is not None else view.hi))
-        near = self._markers_near(step)
-        anomalies = [m for m in near if m.kind == "anomaly"]
-        if anomalies:                      # `e` on a marker explains the marker's step
-            step = min(anomalies, key=lambda m: abs(m.step - step)).step
-        ref = view.target_name or view.ref or "hero"
-        self.run_worker(lambda: self._explain_worker(ref, step, near), thread=True, group="explain",
-                        exclusive=True, exit_on_error=False)
-
-    def action_zoom(self, factor: float) -> None:
-        view = self.view
-        if view is None:
-            return
-        centre = self.cursor_step if self.cursor_step is not None else float(view.hi)
-        half = max(10.0, (view.hi - view.lo) * factor / 2)
-        lo, hi = int(centre - half), int(centre + half)
-        if lo <= view.full_lo and hi >= view.full_hi:
-            self.action_reset_zoom()
-            return
-        shift = max(0, view.full_lo - lo) - max(0, hi - view.full_hi)
-        self.params = self._with(lo=max(view.full_lo, lo + shift), hi=min(view.full_hi, hi + shift))
-        self.reload()
-
-    def action_pan(self, fraction: float) -> None:
-        view = self.view
-        if view is None:
-            return
-        width = view.hi - view.lo
-        delta = int(width * fraction)
-        lo = min(max(view.full_lo, view.lo + delta), view.full_hi - width)
-        self.params = self._with(lo=lo, hi=lo + width)
-        self.reload()
-
-    def action_reset_zoom(self) -> None:
-        self.params = self._with(lo=None, hi=None)
-        self.reload()
-
-    def action_toggle_logy(self) -> None:
-        from dataclasses import replace
-
-        self.options = replace(self.options, logy=not self.options.logy)
-        if self.view is not None:
-            self._header.update_stats(self.view.header, self._view_line(self.view))
-        self.repaint()
-
-    def action_cycle_smoothing(self) -> None:
-        modes = sv.SMOOTHINGS
-        self.params = self._with(smoothing=modes[(modes.index(self.params.smoothing) + 1) % len(modes)])
-        self.reload()
-
-    def action_cycle_xmode(self) -> None:
-        modes = sv.X_MODES
-        self.params = self._with(xmode=modes[(modes.index(self.params.xmode) + 1) % len(modes)])
-        self.reload()
-
-    def action_toggle_overlays(self) -> None:
-        on_ = not self.params.overlays
-        changes: dict[str, Any] = {"overlays": on_}
-        if on_ and self.params.xmode != "fraction":
-            changes["xmode"] = "fraction"
-            self.notify("overlays: x axis set to fraction of schedule so rungs line up")
-        self.params = self._with(**changes)
-        self.reload()
-
-    def action_sync_now(self) -> None:
-        if not self.sync_targets:
-            self.notify("nothing to sync for this view (showing the store as is)")
-            return
-        self.sync_now()
 
     def get_system_commands(self, screen):
         yield from super().get_system_commands(screen)

@@ -18,7 +18,9 @@ from textual.app import RenderResult
 from textual.message import Message
 from textual_plotext import PlotextPlot
 
-from marinctl.analysis import series_view as sv
+from marinctl.analysis.chart_axis import Axis
+from marinctl.analysis.chart_data import PanelData
+from marinctl.render.chart import paint
 
 
 @dataclass(frozen=True)
@@ -42,15 +44,15 @@ class MetricChart(PlotextPlot):
     def __init__(self, key: str, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.key = key
-        self.panel: sv.PanelData | None = None
-        self.axis: sv.Axis | None = None
+        self.panel: PanelData | None = None
+        self.axis: Axis | None = None
         self.options = PaintOptions()
         self._frame: tuple[tuple[int, int], object, Text] | None = None   # (size, token, text)
         self._lock = threading.Lock()
         self.render_seconds = 0.0          # UI-thread time spent building frames (for bench/tests)
 
     # -- data in -------------------------------------------------------------------------
-    def set_panel(self, panel: sv.PanelData, axis: sv.Axis, options: PaintOptions,
+    def set_panel(self, panel: PanelData, axis: Axis, options: PaintOptions,
                   frame: tuple[tuple[int, int], Text] | None = None) -> None:
         self.panel, self.axis, self.options = panel, axis, options
         token = (id(panel), options)
@@ -60,11 +62,11 @@ class MetricChart(PlotextPlot):
     def token(self) -> object:
         return (id(self.panel), self.options)
 
-    def prepare(self, panel: sv.PanelData, axis: sv.Axis, options: PaintOptions,
+    def prepare(self, panel: PanelData, axis: Axis, options: PaintOptions,
                 size: tuple[int, int]) -> Text:
         """Build a frame off the UI thread (any thread may call this)."""
         with self._lock:
-            sv.paint(self.plt, panel, width=size[0], height=size[1], logy=options.logy,
+            paint(self.plt, panel, width=size[0], height=size[1], logy=options.logy,
                      cursor_step=options.cursor_step, axis=axis)
             self.plt._set_size(size[0], size[1])
             self.plt.theme(self._get_plotext_theme_name(self.app.theme))

@@ -12,7 +12,7 @@ from textual.message import Message
 class ViewLoaded(Message):
     """A fresh read of the store for the current target and view settings."""
 
-    view: Any                          # tui.app.View (plain data)
+    view: Any                          # analysis.watch_view.View (plain data)
     frames: dict[str, Any] = field(default_factory=dict)   # key -> ((width, height), Text) built off-thread
 
 

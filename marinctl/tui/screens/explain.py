@@ -1,4 +1,5 @@
-"""The explain panel: why step N looks the way it does (same content as `marinctl explain step N`)."""
+"""The explain panel: why step N looks the way it does (the text of `marinctl explain step N`,
+written by render/explain.py, plus the markers near the step)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
+
+from marinctl import numbers
 
 
 class ExplainScreen(ModalScreen[None]):
@@ -19,5 +22,5 @@ class ExplainScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="explain-body"):
-            yield Static(f"[b]step {self.step:,}[/b]\n\n", id="explain-title")
+            yield Static(f"[b]step {numbers.count(self.step)}[/b]\n\n", id="explain-title")
             yield Static(self.text, id="explain-text", markup=False)

@@ -6,7 +6,8 @@ from rich.text import Text
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
-from marinctl.analysis.series_view import SidebarEntry
+from marinctl import numbers
+from marinctl.analysis.run_list import SidebarEntry
 from marinctl.text import inert
 
 _DOT = {"live": ("●", "green"), "stale": ("●", "yellow"), "crashed": ("✖", "red"), "finished": ("✔", "cyan")}
@@ -17,17 +18,20 @@ class RunsSidebar(OptionList):
 
     def show_entries(self, entries: list[SidebarEntry], current: str | None) -> None:
         if [o.id for o in self._options] == [e.ref for e in entries] and getattr(self, "_labels", None) == [
-                (e.label, e.liveness, e.last_step) for e in entries]:
+                (e.label, e.liveness, e.last_step, e.segment_start) for e in entries]:
             return
-        self._labels = [(e.label, e.liveness, e.last_step) for e in entries]
+        self._labels = [(e.label, e.liveness, e.last_step, e.segment_start) for e in entries]
         highlighted = self.highlighted
         self.clear_options()
         for e in entries:
             glyph, color = _DOT.get(e.liveness, ("·", "dim"))
             label = Text()
             label.append(f"{glyph} ", style=color)
-            step = f" {e.last_step:,}" if e.last_step is not None else ""
-            label.append(fit(inert(e.label, single_line=True), 28 - len(step)), style="bold" if e.kind == "hero" else "")
+            step = f" {numbers.count(e.last_step)}" if e.last_step is not None else ""
+            name = inert(e.label, single_line=True)
+            if e.kind == "segment":
+                name = f"↳ {name} @{numbers.count(e.segment_start or 0)}"
+            label.append(fit(name, 28 - len(step)), style="bold" if e.kind == "hero" else "")
             label.append(step, style="dim")
             self.add_option(Option(label, id=e.ref))
         refs = [e.ref for e in entries]

@@ -1,7 +1,8 @@
-"""Printing results: tables for people, JSON for scripts, errors on stderr.
+"""Printing results: tables for people, JSON for scripts, progress and notes on stderr.
 
-Every human-facing string that came from outside passes through `marinctl.text.inert`
-here, so commands cannot forget it.
+Only the CLI prints. Every human-facing string that came from outside passes through
+`marinctl.text.inert` here, so commands cannot forget it; numbers in table cells read
+as `marinctl.numbers.cell` writes them. JSON keeps raw numbers (NaN/Inf as null).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from datetime import date, datetime
 from typing import Any, Iterable, Sequence
 
+from marinctl import numbers
 from marinctl.text import inert, json_safe
 
 
@@ -46,14 +48,9 @@ def print_json(obj: Any) -> None:
 
 
 def fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return str(value)
-        if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3):
-            return f"{value:.4g}"
-        return f"{value:.6g}"
+    """One table cell: numbers as `numbers.cell`, times to the second, anything else made inert."""
+    if value is None or isinstance(value, float):
+        return numbers.cell(value)
     if isinstance(value, datetime):
         return value.strftime("%Y-%m-%d %H:%M:%S")
     return inert(value, single_line=True)

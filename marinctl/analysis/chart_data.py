@@ -1,0 +1,219 @@
+"""What one chart shows, computed headless: envelope, smoothed line, markers, overlays, band.
+
+Curves are per-bucket min/max envelopes from `store.metrics.downsample_many` (never samples:
+a one-step spike stays visible at every zoom), smoothed over the bucket means the way W&B
+smooths (EMA, optionally debiased), and mapped onto the panel's x axis (chart_axis.py).
+Every function takes an open connection and returns plain data; painting is render/chart.py's.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from marinctl.analysis.chart_axis import Axis
+from marinctl.analysis.schedule import schedule_of
+from marinctl.store import Connection
+from marinctl.store import metrics as M
+from marinctl.store import series as S
+from marinctl.store.lineage import Target
+
+DEFAULT_PANELS = (
+    "train/loss", "eval/paloma/macro_loss", "grad/norm/total", "params/norm/total",
+    "throughput/mfu", "optim/learning_rate", "moe/drop_fraction", "train/router/routing_entropy_mean",
+)
+SMOOTHINGS = ("none", "ema", "debiased")
+
+
+# --- smoothing -------------------------------------------------------------------------------
+
+def smooth(values: np.ndarray, mode: str, weight: float = 0.6) -> np.ndarray:
+    """W&B-style smoothing of bucket means: plain EMA, or EMA divided by (1 - w^n) (debiased).
+
+    Non-finite points are skipped (they keep the previous smoothed value) so one NaN
+    does not blank the rest of the line.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if mode == "none" or len(v) == 0:
+        return v.copy()
+    out = np.empty_like(v)
+    acc, n, prev = 0.0, 0, math.nan
+    for i, x in enumerate(v):
+        if not math.isfinite(x):
+            out[i] = prev
+            continue
+        if mode == "debiased":
+            acc = acc * weight + (1 - weight) * x
+            n += 1
+            prev = acc / (1 - weight ** n)
+        else:
+            acc = x if n == 0 else acc * weight + (1 - weight) * x
+            n += 1
+            prev = acc
+        out[i] = prev
+    return out
+
+
+# --- panels ----------------------------------------------------------------------------------
+
+@dataclass
+class Marker:
+    step: int
+    kind: str            # 'anomaly' | 'event'
+    label: str
+    value: float | None = None
+
+
+@dataclass
+class Overlay:
+    name: str
+    x: np.ndarray
+    y: np.ndarray
+
+
+@dataclass
+class Band:
+    x: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    label: str = "ladder prediction"
+
+
+@dataclass
+class PanelData:
+    """One chart's worth: envelope, smoothed line, markers, overlays, all on the panel's x axis."""
+
+    key: str
+    steps: np.ndarray        # bucket centre steps
+    x: np.ndarray
+    vmin: np.ndarray
+    vmax: np.ndarray
+    line: np.ndarray
+    axis_label: str
+    raw: np.ndarray = field(default_factory=lambda: np.empty(0))   # bucket means before smoothing
+    markers: list[Marker] = field(default_factory=list)
+    overlays: list[Overlay] = field(default_factory=list)
+    band: Band | None = None
+    nonfinite: int = 0
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def bucket_at(self, step: float) -> int | None:
+        if not len(self.steps):
+            return None
+        i = int(np.clip(np.searchsorted(self.steps, step), 0, len(self.steps) - 1))
+        if i > 0 and abs(self.steps[i - 1] - step) < abs(self.steps[i] - step):
+            i -= 1
+        return i
+
+    def value_at(self, step: float) -> tuple[float, float, float] | None:
+        """(smoothed, min, max) of the bucket nearest `step`."""
+        i = self.bucket_at(step)
+        return None if i is None else (float(self.line[i]), float(self.vmin[i]), float(self.vmax[i]))
+
+    def mean_at(self, step: float) -> tuple[float, float, float] | None:
+        """(bucket mean before smoothing, min, max) of the bucket nearest `step` — the cursor readout."""
+        i = self.bucket_at(step)
+        if i is None:
+            return None
+        mean = self.raw[i] if len(self.raw) == len(self.steps) else self.line[i]
+        return float(mean), float(self.vmin[i]), float(self.vmax[i])
+
+
+def panel_keys(con: Connection, target: Target, pattern: str | None = None,
+               all_keys: Sequence[str] | None = None) -> list[str]:
+    """Panels to show: the default ones that have data, or every key matching the regex."""
+    if pattern:
+        rx = re.compile(pattern)
+        keys = list(all_keys) if all_keys is not None else M.run_keys(con, target.run_pks)
+        return [k for k in keys if rx.search(k) and not k.startswith("_")]
+    present = S.keys_with_data(con, target.run_pks, DEFAULT_PANELS)
+    return [k for k in DEFAULT_PANELS if k in present]
+
+
+def has_data(con: Connection, target: Target, key: str) -> bool:
+    return bool(S.keys_with_data(con, target.run_pks, [key]))
+
+
+def envelopes(con: Connection, target: Target, keys: Sequence[str], lo: int, hi: int,
+              buckets: int) -> dict[str, M.Envelope]:
+    """Min/max envelopes of several keys over steps [lo, hi] (inclusive) in one scan."""
+    return M.downsample_many(con, target.segments, keys, lo, hi + 1, buckets)
+
+
+def load_panel(con: Connection, target: Target, key: str, lo: int, hi: int, *,
+               buckets: int = 200, smoothing: str = "ema", weight: float = 0.6,
+               axis: Axis | None = None, markers: Sequence[Marker] = (), env: M.Envelope | None = None) -> PanelData:
+    """Envelope of `key` over steps [lo, hi] in at most `buckets` buckets, on `axis`."""
+    axis = axis or Axis("step", "step")
+    if env is None:
+        env = M.downsample(con, target.segments, key, lo, hi + 1, buckets)
+    steps = (env.step_lo + env.step_hi) / 2.0 if len(env) else np.empty(0)
+    mine = []
+    for m in markers:
+        if lo <= m.step <= hi and (m.kind == "event" or m.label.split(" ", 1)[0] == key):
+            mine.append(m)
+    return PanelData(key=key, steps=steps, x=axis.x(steps), vmin=env.vmin, vmax=env.vmax,
+                     line=smooth(env.mean, smoothing, weight), axis_label=axis.label, markers=mine, raw=env.mean,
+                     nonfinite=int(env.nonfinite.sum()) if len(env) else 0)
+
+
+def markers_for(con: Connection, target: Target, lo: int, hi: int) -> list[Marker]:
+    """Anomalies (label starts with the metric) and GitHub events aligned to the target's runs."""
+    out = [Marker(int(step), "anomaly", f"{metric} {kind}", score)
+           for step, metric, kind, score in S.anomalies_between(con, target.run_pks, lo, hi)]
+    out += [Marker(int(step), "event", f"{kind}: {title or ''}")
+            for step, title, kind in S.events_between(con, [r["uid"] for r in target.runs], lo, hi)]
+    return out
+
+
+# --- overlays --------------------------------------------------------------------------------
+
+def rung_overlays(con: Connection, key: str, buckets: int = 200, exclude_uid: str | None = None) -> list[Overlay]:
+    """Each stored ladder rung and reproduction as a line on a fraction-of-its-own-schedule axis.
+
+    A run whose length is unknown cannot be placed on that axis and is left out.
+    """
+    from marinctl import rungs
+    from marinctl.store.lineage import single
+    from marinctl.store.runs import find_rung_runs
+
+    out = []
+    seen = set()
+    for r in rungs.rungs():
+        if r["rung"] == "hero":
+            continue
+        for run in find_rung_runs(con, r["rung"]) + S.repro_runs(con, r["name"]):
+            if run["uid"] in seen or run["uid"] == exclude_uid:
+                continue
+            seen.add(run["uid"])
+            last = run.get("last_step")
+            total = schedule_of(run).total_steps
+            if last is None or not total:
+                continue
+            env = M.downsample(con, single(run).segments, key, 0, int(last) + 1, buckets)
+            if not len(env):
+                continue
+            steps = (env.step_lo + env.step_hi) / 2.0
+            tag = "repro " if run["source"] == "repro" else ""
+            out.append(Overlay(f"{tag}{r['name']}", steps / total, env.mean))
+    return out
+
+
+def predicted_band(con: Connection, key: str, axis: Axis) -> Band | None:
+    """The ladder's predicted band over the hero (None without three synced rungs)."""
+    try:
+        from marinctl.analysis.ladder import predicted_band as ladder_band
+
+        got = ladder_band(con, key)
+    except Exception:  # noqa: BLE001 — an optional overlay never breaks the view
+        return None
+    if not got:
+        return None
+    steps = np.asarray(got["steps"], dtype=np.float64)
+    return Band(axis.x(steps), np.asarray(got["lo"], dtype=np.float64), np.asarray(got["hi"], dtype=np.float64))
