@@ -9,7 +9,7 @@ in-process by the fake W&B server. Checks, each against a clean sync into a fres
    parts registered from the rewind on;
 3. a rewind inside the live tail (long table only).
 
-    python bench/proto_check.py [--kills 10] [--seed 0]
+    python bench/proto_check.py [--kills 10] [--seed 0] [--fast-tail]
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ ENTITY, PROJECT, RUN = "marin-community", "marin_moe", "check-synthetic"
 def sync_into(home: Path, url: str) -> None:
     os.environ["MARINCTL_HOME"] = str(home)
     with WandbClient(url, max_attempts=3) as client:
-        proto_sync.sync(Store(home / "marinctl.duckdb"), client, ENTITY, PROJECT, RUN, home)
+        proto_sync.sync(Store(home / "marinctl.duckdb"), client, ENTITY, PROJECT, RUN, home,
+                        fast_tail=os.environ.get("PROTO_FAST_TAIL") == "1")
 
 
 def digest(home: Path) -> tuple[str, int, int]:
@@ -75,7 +76,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kills", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--fast-tail", action="store_true", help="the tail with orjson and ~1M-value commits")
     args = ap.parse_args()
+    if args.fast_tail:
+        os.environ["PROTO_FAST_TAIL"] = "1"
     rng = random.Random(args.seed)
     run = marin_run(RUN, steps=30_000, layers=4, extra_scalar_keys=20, state="running")
     failures = 0

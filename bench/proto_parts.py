@@ -292,10 +292,50 @@ class Reader:
 
     # -- the product's read paths ----------------------------------------------------------
     def series(self, segments, key: str, lo=None, hi=None) -> tuple[np.ndarray, np.ndarray]:
+        if self.engine == "arrow":
+            return self._series_arrow(segments, key, lo, hi)
         sql, params = self.long_sql(segments, [key], lo, hi)
         res = self.con.execute(f"SELECT step, value FROM ({sql}) ORDER BY step", params).fetchnumpy()
         self.release()
         return np.asarray(res["step"], dtype=np.int64), np.asarray(res["value"], dtype=np.float64)
+
+    def _series_arrow(self, segments, key: str, lo, hi) -> tuple[np.ndarray, np.ndarray]:
+        """One key: pyarrow reads the column from each part (cached footer, row groups by _step
+        statistics), numpy filters; the long table answers the rest. No SQL over parts."""
+        st, vs = [], []
+        for part, a, b in parts_for(self.con, segments, lo, hi):
+            if key not in set(part.keys):
+                continue
+            if part.kind == "table":
+                res = self.con.execute(f"SELECT _step, CAST({q(key)} AS DOUBLE) AS v FROM {q(part.source)}"
+                                       f" WHERE _step >= {a} AND _step < {b} AND {q(key)} IS NOT NULL").fetchnumpy()
+                st.append(np.asarray(res["_step"], np.int64))
+                vs.append(np.asarray(res["v"], np.float64))
+                continue
+            pf = self._file(part)
+            md = pf.metadata
+            idx = md.schema.to_arrow_schema().get_field_index("_step")
+            groups = [g for g in range(md.num_row_groups)
+                      if (s := md.row_group(g).column(idx).statistics) is None or not s.has_min_max
+                      or (s.max >= a and s.min < b)]
+            tab = pf.read_row_groups(groups, columns=["_step", key], use_threads=False)
+            steps = tab.column(0).to_numpy()
+            col = tab.column(1).cast(pa.float64())
+            keep = (steps >= a) & (steps < b)
+            if col.null_count:
+                keep &= np.asarray(col.is_valid())
+            st.append(steps[keep].astype(np.int64))
+            vs.append(col.to_numpy()[keep])
+        tail, params = self._tail_sql(segments, [key], lo, hi)
+        if tail:
+            res = self.con.execute(f"SELECT step, value FROM ({tail})", params).fetchnumpy()
+            st.append(np.asarray(res["step"], np.int64))
+            vs.append(np.asarray(res["value"], np.float64))
+        if not st:
+            return np.empty(0, np.int64), np.empty(0, np.float64)
+        steps, values = np.concatenate(st), np.concatenate(vs)
+        order = np.argsort(steps, kind="stable")
+        return steps[order], values[order]
 
     def downsample_many(self, segments, keys: Sequence[str], lo: int, hi: int, buckets: int) -> dict[str, M.Envelope]:
         """store.metrics.downsample_many's semantics, over parts and the long table."""
@@ -392,10 +432,10 @@ class Reader:
     def _file(self, part: Part) -> pq.ParquetFile:
         """pyarrow handle with the footer parsed once per process (a 757-column footer costs ~10-20 ms)."""
         path = str(self.home / part.source)
-        md = _FOOTERS.get(path)
-        if md is None:
-            md = _FOOTERS[path] = pq.read_metadata(path)
-        return pq.ParquetFile(path, metadata=md)
+        pf = _FOOTERS.get(path)
+        if pf is None:  # the open handle too: constructing a ParquetFile over 757 columns costs ~10 ms
+            pf = _FOOTERS[path] = pq.ParquetFile(path, pre_buffer=False)
+        return pf
 
     def step_range(self, segments) -> tuple[int | None, int | None]:
         los, his = [], []
@@ -452,14 +492,16 @@ class Reader:
         Decodes every column of every part in range (DuckDB's UNPIVOT: ~3x faster than pyarrow
         reading 757 columns); the product should keep each part's result (parts are immutable)."""
         found: dict[str, list] = {}
-        for part, a, b in parts_for(self.con, segments, lo, hi):
+        for part, a0, b0 in parts_for(self.con, segments, lo, hi):
             cols = ", ".join(f"CAST({q(k)} AS DOUBLE) AS {q(k)}" for k in part.keys)
-            rel = (f"UNPIVOT (SELECT CAST(_step AS BIGINT) AS _step, {cols} FROM {self._rel(part)}"
-                   f" WHERE _step >= {a} AND _step < {b}) ON COLUMNS(* EXCLUDE (_step)) INTO NAME key VALUE value")
-            for k, s, n, v in self.con.execute(f"SELECT key, min(_step), count(*), any_value(value) FROM ({rel})"
-                                               " WHERE NOT isfinite(value) GROUP BY key").fetchall():
-                f = found.setdefault(k, [int(s), 0, v])
-                f[0], f[1] = min(f[0], int(s)), f[1] + n
+            for a in range(a0, b0, 50_000):  # bounded: an all-column UNPIVOT of 400k rows needs > 512MB
+                b = min(b0, a + 50_000)
+                rel = (f"UNPIVOT (SELECT CAST(_step AS BIGINT) AS _step, {cols} FROM {self._rel(part)}"
+                       f" WHERE _step >= {a} AND _step < {b}) ON COLUMNS(* EXCLUDE (_step)) INTO NAME key VALUE value")
+                for k, s, n, v in self.con.execute(f"SELECT key, min(_step), count(*), any_value(value) FROM ({rel})"
+                                                   " WHERE NOT isfinite(value) GROUP BY key").fetchall():
+                    f = found.setdefault(k, [int(s), 0, v])
+                    f[0], f[1] = min(f[0], int(s)), f[1] + n
         tail, params = self._tail_sql(segments, None, lo, hi)
         for k, s, n, v in self.con.execute(f"SELECT key, min(step), count(*), any_value(value) FROM ({tail})"
                                            " WHERE NOT isfinite(value) GROUP BY key", params).fetchall():
@@ -468,7 +510,7 @@ class Reader:
         return sorted(((k, f[0], f[1], f[2]) for k, f in found.items()), key=lambda r: (r[1], r[0]))
 
 
-_FOOTERS: dict[str, pq.FileMetaData] = {}
+_FOOTERS: dict[str, pq.ParquetFile] = {}  # the product: an LRU of open files, keyed by path
 
 
 def settings(con: duckdb.DuckDBPyConnection, memory_limit: str | None = None, threads: int | None = None) -> None:

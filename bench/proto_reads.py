@@ -218,9 +218,13 @@ def read_section(work: Path, files, args, threads: int | None = None, engine: st
     print(f"{'read path':38} {'(a) ms':>9} {'(b) ms':>9} {'(c) ms':>9} {'a/b':>6} {'a/c':>6}  equal")
     results = []
     for label, fa, fb, rep in cases:
-        ta, ya = timed(fa, rep)
-        tb, yb = timed(lambda: fb(rb), rep)
-        tc, yc = timed(lambda: fb(rc), rep)
+        ta, tb, tc = [], [], []
+        for _ in range(rep):  # interleaved a, b, c: the machine's load drifts
+            for xs, fn in ((ta, fa), (tb, lambda: fb(rb)), (tc, lambda: fb(rc))):
+                t0, out = timed(fn, 1)
+                xs.append((t0, out))
+        (ya, yb, yc) = (ta[-1][1], tb[-1][1], tc[-1][1])
+        ta, tb, tc = (statistics.median(x[0] for x in xs) for xs in (ta, tb, tc))
         ok = same(ya, yb) and same(ya, yc)
         results.append({"path": label, "a_ms": ta * 1e3, "b_ms": tb * 1e3, "c_ms": tc * 1e3, "equal": ok})
         print(f"{label:38} {ta * 1e3:9.1f} {tb * 1e3:9.1f} {tc * 1e3:9.1f} {ta / tb:6.2f} {ta / tc:6.2f}  {'yes' if ok else 'NO'}",

@@ -45,7 +45,7 @@ def child_today(home: str, target: str, detect: str) -> None:
     print(json.dumps({"seconds": time.perf_counter() - t, "rows_added": sum(r["rows_added"] for r in rep["runs"])}))
 
 
-def child_parts(home: str, url: str, run_id: str, memory: str, threads: str) -> None:
+def child_parts(home: str, url: str, run_id: str, memory: str, threads: str, tail: str = "today") -> None:
     os.environ["MARINCTL_HOME"] = home
     os.environ["MARINCTL_DB_MEMORY"] = memory
     import duckdb
@@ -59,7 +59,8 @@ def child_parts(home: str, url: str, run_id: str, memory: str, threads: str) -> 
     timings: dict = {}
     t = time.perf_counter()
     with WandbClient(url) as client:
-        out = proto_sync.sync(open_store(), client, ENTITY, PROJECT, run_id, Path(home), timings)
+        out = proto_sync.sync(open_store(), client, ENTITY, PROJECT, run_id, Path(home), timings,
+                              fast_tail=tail == "fast")
     out["seconds"] = time.perf_counter() - t
     out["stages"] = {k: round(v, 3) for k, v in timings.items()}
     print(json.dumps(out))
@@ -128,20 +129,20 @@ def sync_section(fs: FakeServer, work: Path, args) -> dict:
     steps = args.steps
     env = {**os.environ, "WANDB_BASE_URL": fs.url}
     files = [str(f) for f in fs.files]
-    res: dict[str, list[dict]] = {"a": [], "b": [], "floor": [], "floor_long": []}
+    res: dict[str, list[dict]] = {"a": [], "b": [], "bf": [], "floor": [], "floor_long": []}
     sdk_runs = []
     for rep in range(args.repeat):
         if rep == 1 and args.sdk_seconds > 0:  # the SDK between repetitions too: the machine's load drifts
             sdk_runs.append(sdk_rate(fs.url, fs.run_id, args.sdk_seconds, str(work / "wandb-cache")))
-        for name in ("b", "a"):
+        for name in ("b", "bf") + (() if args.no_today else ("a",)):
             home = work / f"{name}{rep}"
             shutil.rmtree(home, ignore_errors=True)
             home.mkdir()
             if name == "a":
                 res["a"].append(measured(["today", str(home), fs.target, "0"], {**env, "MARINCTL_HOME": str(home)}))
             else:
-                res["b"].append(measured(["parts", str(home), fs.url, fs.run_id, args.memory, "2"],
-                                         {**env, "MARINCTL_HOME": str(home)}))
+                res[name].append(measured(["parts", str(home), fs.url, fs.run_id, args.memory, "2",
+                                           "fast" if name == "bf" else "today"], {**env, "MARINCTL_HOME": str(home)}))
         db = work / "floor.duckdb"
         db.unlink(missing_ok=True)
         res["floor"].append(measured(["floor", str(db), args.floor_memory, "2", "0", *files]))
@@ -149,7 +150,9 @@ def sync_section(fs: FakeServer, work: Path, args) -> dict:
             db.unlink(missing_ok=True)
             res["floor_long"].append(measured(["floor", str(db), args.floor_memory, "2", "1", *files]))
             db.unlink(missing_ok=True)
-    for name in ("a", "b"):  # keep the last repetition's stores for the read section
+    for rep in range(args.repeat):
+        shutil.rmtree(work / f"bf{rep}", ignore_errors=True)
+    for name in ("b",) + (() if args.no_today else ("a",)):  # keep the last repetition's stores for the reads
         final = work / name
         shutil.rmtree(final, ignore_errors=True)
         (work / f"{name}{args.repeat - 1}").rename(final)
@@ -162,14 +165,14 @@ def sync_section(fs: FakeServer, work: Path, args) -> dict:
         sdk = {"rows_s": statistics.median(x["rows_s"] for x in sdk_runs), "rows": sdk_runs[-1]["rows"],
                "seconds": sdk_runs[-1]["seconds"], "all": [round(x["rows_s"]) for x in sdk_runs]}
     with_det = None
-    if args.with_detect:  # today's sync WITH its detection pass, once
+    if args.with_detect and not args.no_today:  # today's sync WITH its detection pass, once
         home_d = work / "a_detect"
         shutil.rmtree(home_d, ignore_errors=True)
         home_d.mkdir()
         with_det = measured(["today", str(home_d), fs.target, "1"], {**env, "MARINCTL_HOME": str(home_d)})
         shutil.rmtree(home_d, ignore_errors=True)
     det = {}
-    for mode in ("whole", "windowed"):
+    for mode in (() if args.no_today else ("whole", "windowed")):
         h = work / f"det_{mode}"
         shutil.rmtree(h, ignore_errors=True)
         shutil.copytree(work / "a", h)
@@ -181,23 +184,27 @@ def sync_section(fs: FakeServer, work: Path, args) -> dict:
           f"5,000-step live tail), median of {args.repeat} ==")
     rows = []
     for label, xs in (("(a) today's sync, no detection", res["a"]), ("(b) parts as stored form", res["b"]),
+                      ("(b) + tail: orjson, 1M-value commits", res["bf"]),
                       ("floor: parquet -> DuckDB table", res["floor"]),
                       ("floor + unpivot to long rows", res["floor_long"])):
-        rows.append((label, med(xs, "wall"), max(x["peak_mib"] for x in xs)))
+        if xs:
+            rows.append((label, med(xs, "wall"), max(x["peak_mib"] for x in xs)))
     if with_det:
         rows.append(("(a) today's sync WITH detection", with_det["wall"], with_det["peak_mib"]))
-    floor = rows[2][1]
-    print(f"{'':34} {'wall s':>7} {'rows/s':>8} {'x SDK':>7} {'/ floor':>8} {'peak tree RSS MiB':>18}")
+    floor = next(r[1] for r in rows if r[0].startswith("floor:"))
+    print(f"{'':38} {'wall s':>7} {'rows/s':>8} {'x SDK':>7} {'/ floor':>8} {'peak tree RSS MiB':>18}")
     for label, wall, peak in rows:
         xs = f"{steps / wall / sdk['rows_s']:7.1f}" if sdk else "      -"
-        print(f"{label:34} {wall:7.2f} {steps / wall:8,.0f} {xs} {wall / floor:8.2f} {peak:18,.0f}")
+        print(f"{label:38} {wall:7.2f} {steps / wall:8,.0f} {xs} {wall / floor:8.2f} {peak:18,.0f}")
     if sdk:
-        print(f"{'wandb SDK scan_history()':34} {'':7} {sdk['rows_s']:8,.0f} {1.0:7.1f}   (median of {sdk['all']} rows/s)")
-    print("(b) stages, last run: " + ", ".join(f"{k} {v:.2f}s" for k, v in res["b"][-1]["stages"].items()))
+        print(f"{'wandb SDK scan_history()':38} {'':7} {sdk['rows_s']:8,.0f} {1.0:7.1f}   (median of {sdk['all']} rows/s)")
+    for name in ("b", "bf"):
+        print(f"({name}) stages, last run: " + ", ".join(f"{k} {v:.2f}s" for k, v in res[name][-1]["stages"].items()))
     print(f"floor load alone (in-process timer): {med(res['floor'], 'load'):.2f} s")
-    print(f"detection after sync on (a): whole run {det['whole']['wall']:.1f} s, peak {det['whole']['peak_mib']:,.0f} MiB;"
-          f" in 20k-step windows {det['windowed']['wall']:.1f} s, peak {det['windowed']['peak_mib']:,.0f} MiB"
-          f" (anomalies {det['whole']['anomalies']} vs {det['windowed']['anomalies']})")
+    if det:
+        print(f"detection after sync on (a): whole run {det['whole']['wall']:.1f} s, peak {det['whole']['peak_mib']:,.0f} MiB;"
+              f" in 20k-step windows {det['windowed']['wall']:.1f} s, peak {det['windowed']['peak_mib']:,.0f} MiB"
+              f" (anomalies {det['whole']['anomalies']} vs {det['windowed']['anomalies']})")
     return {"rows": rows, "sdk": sdk, "det": det, "b_stages": res["b"][-1]["stages"]}
 
 
@@ -212,9 +219,10 @@ def main() -> None:
                     help="memory_limit for the floor load (757 wide columns need more than 512MB to load at all)")
     ap.add_argument("--work", type=Path, default=None, help="keep stores here (default: a temp dir)")
     ap.add_argument("--reads-only", action="store_true", help="reuse --work's stores; skip the sync section")
-    ap.add_argument("--engines", default="arrow,duckdb", help="how (b) reads parts: arrow (cached footers), duckdb")
+    ap.add_argument("--engines", default="arrow,duckdb", help="how (b) reads parts: arrow (cached footers), duckdb; '' skips the read section")
     ap.add_argument("--with-detect", action=argparse.BooleanOptionalAction, default=True,
                     help="also time today's sync with its detection pass")
+    ap.add_argument("--no-today", action="store_true", help="skip today's sync (slow at 400k) and what needs its store")
     ap.add_argument("--sweep", action="store_true", help="also sweep DuckDB memory_limit/threads")
     args = ap.parse_args()
 
@@ -234,7 +242,7 @@ def main() -> None:
             files = list(fs.files)
             from bench.proto_reads import read_section
 
-            for engine in args.engines.split(","):
+            for engine in (args.engines.split(",") if args.engines else []):
                 read_section(work, files, args, engine=engine)
     finally:
         if args.work is None:

@@ -68,7 +68,7 @@ def _rewound_at(store: Store, client: WandbClient, info, run_pk: int, home: Path
 
 
 def sync(store: Store, client: WandbClient, entity: str, project: str, run_id: str, home: Path,
-         timings: dict | None = None) -> dict:
+         timings: dict | None = None, fast_tail: bool = False) -> dict:
     t = timings if timings is not None else {}
     clock = time.perf_counter()
 
@@ -132,6 +132,60 @@ def sync(store: Store, client: WandbClient, entity: str, project: str, run_id: s
         with store.connect(write=True) as con:  # files of parts this sync dropped (a rewind)
             P.collect_garbage(con, home, info.uid)
         lap("register")
-    res = sync_run(store, client, info, use_parquet=False)
-    lap("tail (JSON windows, today's code)")
-    return {"run_pk": run_pk, "parts": parts_registered, "tail_rows": res.rows_added}
+    if fast_tail:
+        rows = _fast_tail(store, client, info, run_pk)
+        lap("tail (orjson, ~1M values a commit)")
+    else:
+        rows = sync_run(store, client, info, use_parquet=False).rows_added
+        lap("tail (JSON windows, today's code)")
+    return {"run_pk": run_pk, "parts": parts_registered, "tail_rows": rows}
+
+
+def _fast_tail(store: Store, client: WandbClient, info, run_pk: int, commit_values: int = 1_000_000) -> int:
+    """Today's tail loop with the two changes the profile suggests: rows decoded with orjson,
+    and one transaction (batch + watermark) per ~1M values instead of per 200k-value window."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        import orjson
+    except ImportError:  # not a marinctl dependency yet: the measurement then shows the commit change alone
+        import json as orjson
+
+    from marinctl.sources.wandb import HISTORY_QUERY
+    from marinctl.store import metrics as M
+
+    with store.connect() as con:
+        mark = _watermark(con, info.uid)
+        last = con.execute("SELECT last_step FROM runs WHERE run_pk = ?", [run_pk]).fetchall()[0][0]
+    end = info.remote_last_step + 1
+    lo = mark if mark is not None else 0
+
+    def fetch(a: int, b: int) -> list[dict]:
+        data = client.graphql(HISTORY_QUERY, {"entity": info.entity, "project": info.project, "run": info.run_id,
+                                              "minStep": a, "maxStep": b, "pageSize": b - a})
+        raw = ((data.get("project") or {}).get("run") or {}).get("history") or []
+        return [orjson.loads(r) if isinstance(r, str) else r for r in raw]
+
+    added, pending, p_lo = 0, [], lo
+    window = 1000
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        hi = min(lo + window, end)
+        fut = pool.submit(fetch, lo, hi) if lo < end else None
+        while fut is not None:
+            batch = M.batch_from_rows(fut.result())
+            per_step = max(1.0, batch.num_rows / max(1, hi - lo))
+            nlo, nhi = hi, min(hi + int(min(10_000, max(100, 200_000 / per_step))), end)
+            fut = pool.submit(fetch, nlo, nhi) if nlo < end else None
+            pending.append(batch)
+            if sum(b.num_rows for b in pending) >= commit_values or fut is None:
+                table = pa.concat_tables(pending)
+                with store.transaction() as con:
+                    added += M.replace_range(con, run_pk, table, p_lo, hi, existing_last_step=last)
+                    if table.num_rows:
+                        con.execute("UPDATE runs SET last_step = greatest(coalesce(last_step, -1), ?) WHERE run_pk = ?",
+                                    [int(pc.max(table.column("step")).as_py()), run_pk])
+                    _set_watermark(con, info.uid, hi)
+                pending, p_lo = [], hi
+            lo, hi = nlo, nhi
+    return added
