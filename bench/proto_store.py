@@ -194,9 +194,11 @@ def sync_section(fs: FakeServer, work: Path, args) -> dict:
     floor = next(r[1] for r in rows if r[0].startswith("floor:"))
     print(f"{'':38} {'wall s':>7} {'rows/s':>8} {'x SDK':>7} {'/ floor':>8} {'peak tree RSS MiB':>18}")
     for label, wall, peak in rows:
-        xs = f"{steps / wall / sdk['rows_s']:7.1f}" if sdk else "      -"
+        xs = f"{steps / wall / sdk['rows_s']:7.1f}" if sdk and sdk["rows_s"] > 0 else "      -"
         print(f"{label:38} {wall:7.2f} {steps / wall:8,.0f} {xs} {wall / floor:8.2f} {peak:18,.0f}")
-    if sdk:
+    if sdk and sdk["rows_s"] <= 0:
+        print("wandb SDK scan_history(): no row within --sdk-seconds (wandb-core start-up); give it longer")
+    elif sdk:
         print(f"{'wandb SDK scan_history()':38} {'':7} {sdk['rows_s']:8,.0f} {1.0:7.1f}   (median of {sdk['all']} rows/s)")
     for name in ("b", "bf"):
         print(f"({name}) stages, last run: " + ", ".join(f"{k} {v:.2f}s" for k, v in res[name][-1]["stages"].items()))
