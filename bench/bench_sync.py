@@ -54,25 +54,12 @@ def count_values(db: Path) -> int:
 
 
 def sdk_rate(url: str, run_id: str, seconds: float) -> tuple[int, int, float]:
-    """(rows, values, elapsed) reached by scan_history within `seconds` (in a subprocess)."""
-    code = f"""
-import time, wandb, json
-api = wandb.Api(api_key="x" * 40, overrides={{"base_url": {url!r}}})
-run = api.run({f"{PROJECT}/{run_id}"!r})
-t = time.perf_counter(); rows = vals = 0
-for row in run.scan_history():
-    rows += 1; vals += sum(1 for k, v in row.items() if k != "_step" and isinstance(v, (int, float)))
-    if time.perf_counter() - t > {seconds}: break
-print(json.dumps([rows, vals, time.perf_counter() - t]))
-wandb.teardown()
-"""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=seconds + 300)
-    if out.returncode != 0:
-        raise SystemExit(f"SDK scan failed: {out.stderr[-2000:]}")
-    import json
+    """(rows, values, elapsed) reached by scan_history within `seconds` (bench/harness.py)."""
+    from bench.harness import sdk_rate as measure
 
-    rows, vals, dt = json.loads(out.stdout.strip().splitlines()[-1])
-    return rows, vals, dt
+    with tempfile.TemporaryDirectory() as cache:
+        got = measure(url, run_id, seconds, cache)
+    return got["rows"], got["values"], got["seconds"]
 
 
 def main() -> None:
@@ -103,14 +90,7 @@ def main() -> None:
               f"{args.steps / dt:,.0f} rows/s; peak RSS {rss:,.0f} MiB", flush=True)
 
         if args.sdk_seconds > 0:
-            for attempt in range(3):  # wandb-core sometimes answers "busy" while it starts on a loaded machine
-                try:
-                    rows, vals, sdt = sdk_rate(server.url, run.run_id, args.sdk_seconds)
-                    break
-                except SystemExit as exc:
-                    print(f"  SDK attempt {attempt + 1} failed: {str(exc)[-200:]}", flush=True)
-            else:
-                raise SystemExit("the SDK never answered")
+            rows, vals, sdt = sdk_rate(server.url, run.run_id, args.sdk_seconds)  # retries inside
             theirs = vals / sdt if sdt else float("nan")
             print(f"wandb SDK scan     : {vals:,} values ({rows:,} rows) in {sdt:.1f} s = {theirs:,.0f} values/s, "
                   f"{rows / sdt:,.0f} rows/s", flush=True)
