@@ -340,8 +340,6 @@ def test_schedule_decay_start_is_in_context(cli, world):
     assert ctx["lr_phase"] == "decay" and DECAY_START in ints_in(ctx["lr"]), ctx["lr"]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 18 #4: data.train_weights is ignored: data phases come from the "
-                   "hero's fractions (phase 'main' 830-2399, next switch 2400), not the run's switches at 1200 and 2500")
 def test_schedule_data_switches_are_in_context(cli, world):
     sw1, sw2 = SCHED["switches"]
     before = explain(cli, world, "schedule", sw1 - 50)["context"]["data"]

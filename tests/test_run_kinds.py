@@ -19,9 +19,6 @@ from tests.blackbox import cli_json, parse_number, run_cli
 from tests.run_kinds import KINDS, REPRO_ID, RUNG_ID, SCHEDULES, kinds_home, local_wandb_dir
 from tests.watch_pilot import header, open_watch, run_test, settle
 
-XF_REPRO = pytest.mark.xfail(strict=True, reason="issue 14 #2: the repro run is described with the published "
-                                                 "rung1 schedule, not its own config")
-
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
@@ -56,8 +53,7 @@ def test_show_names_the_run_and_its_config(mc, kind):
     assert doc["config"], "config lost"
 
 
-@kinds("repro", "local", reason="issue 14 #2: explain's data phase comes from the hero's fractions of the "
-                                "run's length (repro: 33, local: 111), not the run's own data.train_weights (40, 150)")
+@kinds()
 def test_explain_context_uses_the_runs_own_schedule(mc, kind):
     run = KINDS[kind]
     sched = SCHEDULES[run]
@@ -71,9 +67,8 @@ def test_explain_context_uses_the_runs_own_schedule(mc, kind):
     assert data.get("next_switch") == nxt
 
 
-@kinds("synced-rung", "repro", "local", reason="issue 14 #2: mix gets phases wrong on every kind: the synced "
-       "rung's are the hero's switches scaled to the published rung1's 11,420 steps (0, 3160, 9136), and a run "
-       "that logged mixture/stage ends its last phase where it was logged, so later steps are 'outside every phase'")
+@kinds("repro", "local", reason="issue 14 #2: mix ends a run's last logged mixture phase where it was logged, so later "
+       "steps are 'outside every phase' (the run's own data.train_weights are not its phases)")
 def test_mix_phases_are_the_runs_own(mc, kind):
     run = KINDS[kind]
     sched = SCHEDULES[run]
@@ -100,9 +95,7 @@ def _ticks(chart: str) -> tuple[list[float], str]:
     return ticks, label
 
 
-@kinds("repro", "local", reason="issue 14 #2: the tokens axis uses the published rung1's tokens per step for "
-                                "the repro run (not its own batch x seq_len, 1,024) and is 'unavailable' for the local run "
-                                "although its config gives batch x seq_len")
+@kinds()
 def test_plot_tokens_axis_uses_the_runs_own_tokens(mc, kind):
     run = KINDS[kind]
     sched = SCHEDULES[run]
@@ -127,8 +120,7 @@ def test_plot_fraction_axis_uses_the_runs_own_length(mc, kind):
 
 
 @pytest.mark.asyncio
-@kinds("repro", "local", reason="issue 14 #2: the watch header's data phase comes from the hero's fractions "
-                                "of the run's length, not the run's own data.train_weights")
+@kinds()
 async def test_watch_header_uses_the_runs_own_schedule(home, kind):
     run = KINDS[kind]
     sched = SCHEDULES[run]

@@ -167,10 +167,7 @@ async def test_view_keys_change_what_the_screen_says(store_copy, kind):
         await until(pilot, lambda t: header(t).splitlines()[0] != first_line, "tab + enter shows another run")
 
 
-@pytest.mark.parametrize("kind", [
-    pytest.param(k, marks=pytest.mark.xfail(strict=True, reason="issue 14 #1: `e` in watch shows \"explain "
-                                            "failed: 'str' object has no attribute 'runs'\""))
-    for k in KINDS])
+@pytest.mark.parametrize("kind", list(KINDS))
 async def test_e_explains_the_step_under_the_cursor(home, kind):
     run = KINDS[kind]
     step = SCHEDULES[run]["last"]

@@ -18,7 +18,10 @@ import numpy as np
 from marinctl.analysis.chart_axis import Axis
 from marinctl.analysis.schedule import schedule_of
 from marinctl.store import Connection
+from marinctl.store import anomalies as anomalies_store
+from marinctl.store import events as events_store
 from marinctl.store import metrics as M
+from marinctl.store import runs as runs_store
 from marinctl.store import series as S
 from marinctl.store.lineage import Target
 
@@ -166,9 +169,9 @@ def load_panel(con: Connection, target: Target, key: str, lo: int, hi: int, *,
 def markers_for(con: Connection, target: Target, lo: int, hi: int) -> list[Marker]:
     """Anomalies (label starts with the metric) and GitHub events aligned to the target's runs."""
     out = [Marker(int(step), "anomaly", f"{metric} {kind}", score)
-           for step, metric, kind, score in S.anomalies_between(con, target.run_pks, lo, hi)]
+           for step, metric, kind, score in anomalies_store.in_range(con, target.run_pks, lo, hi)]
     out += [Marker(int(step), "event", f"{kind}: {title or ''}")
-            for step, title, kind in S.events_between(con, [r["uid"] for r in target.runs], lo, hi)]
+            for step, title, kind in events_store.markers(con, [r["uid"] for r in target.runs], lo, hi)]
     return out
 
 
@@ -188,7 +191,7 @@ def rung_overlays(con: Connection, key: str, buckets: int = 200, exclude_uid: st
     for r in rungs.rungs():
         if r["rung"] == "hero":
             continue
-        for run in find_rung_runs(con, r["rung"]) + S.repro_runs(con, r["name"]):
+        for run in find_rung_runs(con, r["rung"]) + runs_store.repro_runs(con, r["name"]):
             if run["uid"] in seen or run["uid"] == exclude_uid:
                 continue
             seen.add(run["uid"])

@@ -246,9 +246,9 @@ def preregistered_loss(con: Connection) -> float | None:
     """A 'Pre-registered loss' stated in a synced GitHub event body, if any."""
     import re
 
-    from marinctl.store.documents import event_bodies_containing
+    from marinctl.store import events
 
-    for body in event_bodies_containing(con, "pre-registered loss"):
+    for body in events.bodies_containing(con, "pre-registered loss"):
         mt = re.search(r"pre-registered loss[^0-9]{0,40}([0-9]+\.[0-9]+)", body or "", re.I)
         if mt:
             return float(mt.group(1))

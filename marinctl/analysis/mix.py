@@ -180,7 +180,7 @@ def mix_for(con: Connection, run: str | None = None) -> tuple[Mix, int | None]:
     """
     from marinctl import rungs
     from marinctl.errors import UserError
-    from marinctl.store.documents import repo_file
+    from marinctl.store import repo_files
     from marinctl.store.lineage import resolve_target
 
     name = run or "hero"
@@ -202,7 +202,7 @@ def mix_for(con: Connection, run: str | None = None) -> tuple[Mix, int | None]:
         if not sched.phases:
             notes.append(f"{target.name}'s schedule does not say its data phases; showing the hero's published phases")
             sched = published_schedule("hero")
-    stored = repo_file(con, HERO_MIX_REPO, HERO_MIX_PATH)
+    stored = repo_files.read(con, HERO_MIX_REPO, HERO_MIX_PATH)
     mix = (config_mix(sched) or (file_mix(stored[0], stored[1], sched) if stored else None)
            or published_mix(sched))
     mix.run = target.name if target else name

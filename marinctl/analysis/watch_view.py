@@ -11,11 +11,21 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from marinctl.analysis.chart_axis import Axis, axis_for
-from marinctl.analysis.chart_data import (DEFAULT_PANELS, Marker, PanelData, envelopes, load_panel, markers_for,
-                                          panel_keys, predicted_band, rung_overlays)
+from marinctl.analysis.chart_data import (
+    DEFAULT_PANELS,
+    Marker,
+    PanelData,
+    envelopes,
+    load_panel,
+    markers_for,
+    panel_keys,
+    predicted_band,
+    rung_overlays,
+)
 from marinctl.analysis.run_header import HeaderStats, header_stats
 from marinctl.analysis.run_list import SidebarEntry, sidebar_entries
 from marinctl.analysis.schedule import schedule_of_target
+from marinctl.store import runs as runs_store
 from marinctl.store import series as S
 
 MAX_PANELS = 16
@@ -63,7 +73,7 @@ def build_view(store, params: ViewParams) -> View:
     view = View(params, ref=params.ref)
     with store.connect() as con:
         view.sidebar = sidebar_entries(con)
-        view.cache_time = S.last_synced_at(con)
+        view.cache_time = runs_store.last_synced(con)
         try:
             target = resolve_target(con, params.ref, stitched=True)
         except UserError as exc:

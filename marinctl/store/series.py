@@ -8,14 +8,12 @@ envelopes come from `store.metrics` (`series`, `downsample_many`).
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, Sequence
 
 import duckdb
 
 from marinctl.store import metrics as M
 from marinctl.store.metrics import Segment
-from marinctl.store.runs import RUN_COLUMNS, row_to_dict
 
 
 def _marks(items: Sequence[Any]) -> str:
@@ -106,36 +104,3 @@ def moved_from_baseline(con: duckdb.DuckDBPyConnection, segments: Sequence[Segme
         WHERE base.n >= ?
         ORDER BY abs(z) DESC
     """, [step - window, step, *params, step - recent, min_points]).fetchall()
-
-
-def anomalies_between(con: duckdb.DuckDBPyConnection, run_pks: Sequence[int], lo: int,
-                      hi: int) -> list[tuple[int, str, str, float | None]]:
-    """(step, metric, kind, score) of stored detections on these runs in [lo, hi], by step."""
-    if not run_pks:
-        return []
-    return con.execute(
-        f"SELECT step, metric, kind, score FROM anomalies WHERE run_pk IN ({_marks(run_pks)}) AND step BETWEEN ? AND ?"
-        " ORDER BY step", [*run_pks, lo, hi]).fetchall()
-
-
-def events_between(con: duckdb.DuckDBPyConnection, run_uids: Sequence[str], lo: int,
-                   hi: int) -> list[tuple[int, str | None, str]]:
-    """(step, title, kind) of events aligned to these runs in [lo, hi], by step."""
-    if not run_uids:
-        return []
-    return con.execute(
-        f"SELECT step, title, kind FROM events WHERE run_uid IN ({_marks(run_uids)}) AND step BETWEEN ? AND ?"
-        " ORDER BY step", [*run_uids, lo, hi]).fetchall()
-
-
-def repro_runs(con: duckdb.DuckDBPyConnection, width: str) -> list[dict[str, Any]]:
-    """Reproductions whose id or name carries a rung's width name (`d768`), oldest first."""
-    cur = con.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE source = 'repro' AND (run_id LIKE ? OR name LIKE ?)"
-                      " ORDER BY created_at NULLS FIRST", [f"%{width}%", f"%{width}%"])
-    return [row_to_dict(r, cur.description) for r in cur.fetchall()]
-
-
-def last_synced_at(con: duckdb.DuckDBPyConnection) -> datetime | None:
-    """When any run was last written by a sync (None for an empty store)."""
-    row = con.execute("SELECT max(synced_at) FROM runs").fetchall()
-    return row[0][0] if row else None
