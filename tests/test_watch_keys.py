@@ -183,8 +183,6 @@ async def test_e_explains_the_step_under_the_cursor(home, kind):
         await key(pilot, "escape", lambda t: "LR schedule" not in t, "escape closes the explanation")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 14 #12: `+` on a 12-step run stops zooming (steps 1-11) and "
-                                       "further presses do nothing without a word")
 async def test_plus_on_a_short_run_says_why_nothing_happens(home):
     app = open_watch(home / "marinctl.duckdb", TINY_ID)
     async with run_test(app) as pilot:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import duckdb
+import numpy as np
 
 from marinctl.store import metrics as M
 from marinctl.store.metrics import Segment
@@ -104,3 +105,94 @@ def moved_from_baseline(con: duckdb.DuckDBPyConnection, segments: Sequence[Segme
         WHERE base.n >= ?
         ORDER BY abs(z) DESC
     """, [step - window, step, *params, step - recent, min_points]).fetchall()
+
+
+
+# --- the chart grid's reads -----------------------------------------------------------------
+
+_ENVELOPE_COLUMNS = ("step_lo", "step_hi", "vmin", "vmax", "first", "last", "mean", "count", "nonfinite",
+                     "step_of_max", "step_of_min")
+
+
+def envelopes(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], keys: Sequence[str], lo: int, hi: int,
+              buckets: int) -> dict[str, M.Envelope]:
+    """`metrics.downsample_many`'s envelopes (same buckets, same fields) in about a third of the time.
+
+    Non-finite values become NULL once in the inner select instead of a FILTER per aggregate:
+    at 390k steps × 8 keys that is ~170–230 ms instead of ~560 ms (bench/bench_watch.py).
+    Each bucket's `last` value sits at its `step_hi`, which is what lets the cursor readout
+    name the exact logged value at a bucket's end without another query.
+    """
+    ids = M.key_ids(con, keys)
+    if not ids or not segments or hi <= lo:
+        return {}
+    width = max(1.0, (hi - lo) / max(1, int(buckets)))
+    where, params = M.segment_filter(segments)
+    res = con.execute(f"""
+        SELECT key_id, min(step) AS step_lo, max(step) AS step_hi, min(fv) AS vmin, max(fv) AS vmax,
+               arg_min(value, step) AS first, arg_max(value, step) AS last, avg(fv) AS mean,
+               count(*) AS count, count(*) - count(fv) AS nonfinite,
+               arg_max(step, fv) AS step_of_max, arg_min(step, fv) AS step_of_min
+        FROM (SELECT key_id, step, value, CASE WHEN isfinite(value) THEN value END AS fv,
+                     CAST(floor((step - ?) / ?) AS BIGINT) AS b
+              FROM metrics WHERE key_id IN ({_marks(ids)}) AND step >= ? AND step < ? AND {where})
+        GROUP BY key_id, b ORDER BY key_id, b
+    """, [lo, width, *ids.values(), lo, hi, *params]).fetchnumpy()
+    kid = np.asarray(res["key_id"])
+    out: dict[str, M.Envelope] = {}
+    for key, k in ids.items():
+        sel = kid == k
+        cols = {c: _floats(res[c][sel]) for c in _ENVELOPE_COLUMNS}
+        cols["count"] = cols["count"].astype(np.int64)
+        cols["nonfinite"] = cols["nonfinite"].astype(np.int64)
+        out[key] = M.Envelope(**cols)
+    return out
+
+
+def _floats(column) -> np.ndarray:
+    """A fetched column as float64 with NULL as NaN (DuckDB hands NULLs back as a masked array)."""
+    if np.ma.isMaskedArray(column):
+        return np.ma.filled(column.astype(np.float64), np.nan)
+    return np.asarray(column, dtype=np.float64)
+
+
+def values_at_or_before(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], keys: Sequence[str],
+                        step: int, since: int | None = None) -> dict[str, tuple[int, float]]:
+    """{key: (step, value)} of each key's last logged value at or before `step` (not before `since`).
+
+    The cursor readout's exact value: what was logged at that step, or — for a key logged
+    every 10 steps — at the step before it that logged the key (the caller names that step).
+    Non-finite values are returned as they are.
+    """
+    ids = M.key_ids(con, keys)
+    if not ids or not segments:
+        return {}
+    names = {v: k for k, v in ids.items()}
+    where, params = M.segment_filter(segments)
+    rows = con.execute(
+        f"SELECT key_id, max(step), arg_max(value, step) FROM metrics WHERE key_id IN ({_marks(ids)})"
+        f" AND step <= ? AND step >= ? AND {where} GROUP BY key_id",
+        [*ids.values(), step, since if since is not None else -(2 ** 62), *params]).fetchall()
+    return {names[k]: (int(s), float(v) if v is not None else float("nan")) for k, s, v in rows}
+
+
+def keys_of(con: duckdb.DuckDBPyConnection, run_pks: Sequence[int]) -> list[str]:
+    """Every key these runs logged, sorted (`metrics.run_keys` without joining names to 80M rows first)."""
+    if not run_pks:
+        return []
+    rows = con.execute(
+        f"SELECT key FROM metric_keys WHERE key_id IN (SELECT DISTINCT key_id FROM metrics WHERE run_pk IN"
+        f" ({_marks(run_pks)})) ORDER BY key", list(run_pks)).fetchall()
+    return [r[0] for r in rows]
+
+
+def data_version(con: duckdb.DuckDBPyConnection) -> tuple:
+    """A cheap fingerprint of what a view shows: it changes when history, runs, liveness, keys,
+    events or anomalies change (a few small-table aggregates, ~1 ms), so an idle view re-reads nothing."""
+    return tuple(con.execute("""
+        SELECT (SELECT count(*) FROM runs), (SELECT sum(coalesce(last_step, -1)) FROM runs),
+               (SELECT max(synced_at) FROM runs), (SELECT max(heartbeat_at) FROM runs),
+               (SELECT string_agg(coalesce(state, ''), ',' ORDER BY run_pk) FROM runs),
+               (SELECT count(*) FROM metric_keys), (SELECT count(*) FROM events),
+               (SELECT count(*) FROM anomalies), (SELECT max(detected_at) FROM anomalies)
+    """).fetchall()[0])
