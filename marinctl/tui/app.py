@@ -293,8 +293,8 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
             if panel is None or view.axis is None:
                 continue
             frame = frames.get(key)
-            spec = frame.token[1] if frame is not None else spec_for(
-                view, key, self.chart_state, self.readout_values, theme, chart.size.width or 40)
+            spec = frame.token[1] if frame is not None else spec_for(view, key, self.chart_state, self.readout_values,
+                                                                     theme)
             chart.set_panel(panel, view.axis, spec, frame)
 
     def _theme_name(self) -> str:

@@ -27,21 +27,14 @@ from marinctl.render.chart import fit_range, paint
 
 
 @dataclass(frozen=True)
-class PaintOptions:
-    """View-wide drawing options: log-y for every chart (`Y`) and the cursor."""
-
-    logy: bool = False
-    cursor_step: float | None = None
-
-
-@dataclass(frozen=True)
 class FrameSpec:
     """Everything besides the data that decides one chart's frame."""
 
     logy: bool = False
     yfit: bool = False                      # `a`: y range around the lines, spikes as ▲ on the edge
     cursor_step: float | None = None
-    title: str = ""
+    value: str = ""                         # what the cursor reads on this chart (`3.2114 @2,990 [3.19…3.30]`)
+    flags: str = ""                         # `log`, `y:fit`
     xlim: tuple[float, float] | None = None
     theme: str = "textual-auto-textual-dark"
 
@@ -55,14 +48,38 @@ class Frame:
 
 
 def build_frame(fig: Plot, panel: PanelData, axis: Axis, spec: FrameSpec, size: tuple[int, int]) -> Frame:
-    """One chart's frame drawn on `fig` (a figure only this chart's frames use)."""
+    """One chart's frame drawn on `fig` (a figure only this chart's frames use).
+
+    plotext centres the title over the plot area and drops it when it does not fit there; the
+    y tick labels' width is known only once drawn, so a title that was dropped is cut to the
+    plot area's width and drawn again (rare: long keys on narrow charts).
+    """
     ylim = fit_range(panel, spec.logy) if spec.yfit else None
-    paint(fig, panel, width=size[0], height=size[1], logy=spec.logy, cursor_step=spec.cursor_step,
-          title=spec.title or panel.key, axis=axis, ylim=ylim, xlim=spec.xlim, xlabel=False)
-    fig._set_size(size[0], size[1])
-    fig.theme(spec.theme)
-    text = Text.from_ansi(fig.build())
-    return Frame(size, (id(panel), spec), text, _plot_columns(text.plain))
+    room = size[0] - 4
+    for _ in range(2):
+        title = fit_title(panel.key, spec.value, spec.flags, room)
+        paint(fig, panel, width=size[0], height=size[1], logy=spec.logy, cursor_step=spec.cursor_step,
+              title=title, axis=axis, ylim=ylim, xlim=spec.xlim, xlabel=False)
+        fig._set_size(size[0], size[1])
+        fig.theme(spec.theme)
+        text = Text.from_ansi(fig.build())
+        cols = _plot_columns(text.plain)
+        if title in text.plain or room <= 8:
+            break
+        room = min(room - 2, cols[1] - cols[0] - 1)
+    return Frame(size, (id(panel), spec), text, cols)
+
+
+def fit_title(key: str, value: str, flags: str, room: int) -> str:
+    """The title line in `room` columns: its full key and what the cursor reads. When it does not
+    fit the envelope goes first, then the key is cut from the left (its end tells leaves apart)."""
+    room = max(8, room)
+    for shown in (value, value.split(" [")[0]):
+        tail = "  ".join(p for p in (shown, flags) if p)
+        if len(key) + len(tail) + 2 <= room or not tail:
+            return f"{key}  {tail}" if tail else ("…" + key[-room + 1:] if len(key) > room else key)
+    keep = max(6, room - len(tail) - 3)
+    return f"…{key[-keep:]}  {tail}" if len(key) > keep else f"{key}  {tail}"
 
 
 def _plot_columns(plain: str) -> tuple[int, int]:

@@ -100,6 +100,9 @@ class KeyActions:
             return
         shift = max(0, view.full_lo - lo) - max(0, hi - view.full_hi)
         lo, hi = max(view.full_lo, lo + shift), min(view.full_hi, hi + shift)
+        if lo <= view.full_lo and hi >= view.full_hi:       # zoomed out to everything: the full range, following
+            self.action_reset_zoom()
+            return
         if (lo, hi) == (now_lo, now_hi) and factor < 1:
             self.notify(f"zoomed in as far as it goes: {N.count(hi - lo + 1)} steps across "
                         f"(the narrowest window is {MIN_WINDOW} steps)", title="zoom")

@@ -1,8 +1,8 @@
 """How each chart is drawn, decided from the view and the viewer's choices (pure, any thread).
 
 `ChartState` is what the viewer chose (log-y for all or per chart, fitted y ranges, the
-cursor); `spec_for` turns it into one chart's `FrameSpec`, title included: the key, and the
-exact value the cursor reads on that chart (`3.2114 @2,990 [3.19…3.30]`).
+cursor); `spec_for` turns it into one chart's `FrameSpec`: log-y, y range, and the words of its title (fitted
+to the real width when drawn): the exact value the cursor reads there (`3.2114 @2,990 [3.19…3.30]`).
 """
 
 from __future__ import annotations
@@ -38,22 +38,7 @@ def value_text(logged: Logged | None, cursor: int | None) -> str:
     return text
 
 
-def title_for(key: str, logged: Logged | None, cursor: int | None, width: int, flags: str = "") -> str:
-    """The chart's title line: its full key and what the cursor reads. When it does not fit the
-    envelope goes first, then the key is cut from the left (its end tells leaves apart)."""
-    room = max(8, width - 4)
-    full = value_text(logged, cursor) if logged is not None else ""
-    short = full.split(" [")[0]
-    for value in (full, short):
-        tail = "  ".join(p for p in (value, flags) if p)
-        if len(key) + len(tail) + 2 <= room or not tail:
-            return f"{key}  {tail}" if tail else key[-room:] if len(key) > room else key
-    keep = max(6, room - len(tail) - 3)
-    return f"…{key[-keep:]}  {tail}" if len(key) > keep else f"{key}  {tail}"
-
-
-def spec_for(view: View, key: str, state: ChartState, values: dict[str, Logged], theme: str,
-             width: int) -> FrameSpec:
+def spec_for(view: View, key: str, state: ChartState, values: dict[str, Logged], theme: str) -> FrameSpec:
     step = view_cursor(view, state)
     flags = []
     if state.logy_of(key) and (key in state.logy_keys):
@@ -65,7 +50,8 @@ def spec_for(view: View, key: str, state: ChartState, values: dict[str, Logged],
         lo, hi = view.axis.x([view.lo, view.hi])
         xlim = (float(lo), float(hi))
     return FrameSpec(logy=state.logy_of(key), yfit=key in state.yfit_keys, cursor_step=state.cursor_step,
-                     title=title_for(key, values.get(key), step, width, " ".join(flags)), xlim=xlim, theme=theme)
+                     value=value_text(values[key], step) if values.get(key) is not None else "", flags=" ".join(flags),
+                     xlim=xlim, theme=theme)
 
 
 def view_cursor(view: View, state: ChartState) -> int:

@@ -210,7 +210,7 @@ def _frames(view: View, job: dict[str, Any], values: dict[str, Logged]) -> dict[
     for panel, sz in sized:
         if worker.is_cancelled:
             break
-        spec = spec_for(view, panel.key, job["state"], values, job["theme"], sz[0])
+        spec = spec_for(view, panel.key, job["state"], values, job["theme"])
         out[panel.key] = job["figures"].frame(panel, view.axis, spec, sz)
     return out
 

@@ -41,6 +41,7 @@ class RunsSidebar(OptionList):
             return
         self._labels = labels
         highlighted = self.highlighted
+        was = self._options[highlighted].id if highlighted is not None and highlighted < len(self._options) else None
         self.clear_options()
         for e in entries:
             glyph, color = _DOT.get(e.liveness, ("·", "dim"))
@@ -57,7 +58,9 @@ class RunsSidebar(OptionList):
             label.append(step, style="dim")
             self.add_option(Option(label, id=e.ref))
         refs = [e.ref for e in entries]
-        if current in refs:
+        if was in refs and was != current:          # a live refresh keeps the run the user moved to
+            self.highlighted = refs.index(was)
+        elif current in refs:
             self.highlighted = refs.index(current)
         elif highlighted is not None and highlighted < len(refs):
             self.highlighted = highlighted
