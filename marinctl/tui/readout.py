@@ -39,7 +39,7 @@ def readout_line(view: View, step: int, values: dict[str, Logged], focused: str 
     parts = [head]
     near = markers_near(view, step)
     tail = "  " + " ".join(("✕ " if m.kind == "anomaly" else "│ ") + m.label[:40] for m in near[:2]) if near else ""
-    keys = [p.key for p in view.panels]
+    keys = list(dict.fromkeys(p.key for p in view.panels))      # a curated key also shows in its section
     if focused in keys:
         keys.remove(focused)
         keys.insert(0, focused)
