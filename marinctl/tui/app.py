@@ -173,7 +173,7 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         self._header.starting = self.starting
         self._cursor_bar.focus()
         self.params = self._with(buckets=self._bucket_guess())
-        self.reload()                       # the first frame does not wait for planning
+        self.call_after_refresh(self.reload)    # the first frame waits for nothing but the layout (chart sizes)
         self.run_worker(self._plan_worker, thread=True, group="plan", exit_on_error=False)
         self.set_interval(1.0, self._tick)
 

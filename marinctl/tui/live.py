@@ -58,9 +58,17 @@ class Live:
         return True
 
     def check_store(self: WatchApp) -> None:
-        """Re-read only when the store's data version moved (another process, a sync pass)."""
+        """Re-read only when the store's data version moved (another process, a sync pass).
+
+        A write changes the DuckDB file or its WAL: while neither's size and mtime moved, nothing
+        is opened at all (opening a connection every CHECK_S was most of an idle view's CPU).
+        """
         if self._loading or self.view is None:
             return
+        stamp = _file_stamp(self.store.path)
+        if stamp == getattr(self, "_file_stamp", None):
+            return
+        self._file_stamp = stamp
         self.run_worker(self._version_worker, thread=True, group="version", exclusive=True, exit_on_error=False)
 
     # -- threads -----------------------------------------------------------------------------
@@ -139,6 +147,17 @@ class _Clock(threading.Event):
         self._wake.wait(timeout)
         self._wake.clear()
         return self._stop.is_set()
+
+
+def _file_stamp(db: Path) -> tuple:
+    out = []
+    for p in (Path(db), Path(f"{db}.wal")):
+        try:
+            st = p.stat()
+            out.append((st.st_size, st.st_mtime_ns))
+        except OSError:
+            out.append(None)
+    return tuple(out)
 
 
 def local_targets(targets: list[str]) -> list[str]:

@@ -54,9 +54,11 @@ class Workers:
         page = self._page
         system = self._system_pane
         old = {c.key: c.panel for c in list(page.charts.values()) + list(system.charts.values()) if c.panel is not None}
+        sizes = {c.key: (c.size.width, c.size.height) for c in page.charts.values() if c.size.width > 0}
         return {"state": self.chart_state, "theme": register_theme(self), "page": (page.size.width, page.size.height),
                 "system": system.chart_size() if system.display else None, "old": old,
-                "values": dict(self.readout_values), "figures": self.figures}
+                "values": dict(self.readout_values), "figures": self.figures,
+                "layout": page._layout, "sizes": sizes}
 
     def sync_now(self: WatchApp) -> None:
         if self._syncing or not self.sync_targets:
@@ -203,7 +205,9 @@ def _frames(view: View, job: dict[str, Any], values: dict[str, Logged]) -> dict[
     out = {}
     headers = len(view.sections)
     size = chart_size_for(*job["page"], view.params.cols, view.params.rows, headers)
-    sized = [(p, size) for p in view.panels]
+    # the grid gives the odd column(s) one cell more: on an unchanged layout use each chart's real size
+    same = job["layout"] == (view.params.cols, view.params.rows, headers)
+    sized = [(p, job["sizes"].get(p.key, size) if same else size) for p in view.panels]
     if job["system"] is not None:
         sized += [(p, job["system"]) for p in view.system_panels]
     worker = get_current_worker()
