@@ -107,12 +107,15 @@ class Figures:
 
 
 def register_theme(app) -> str:
-    """The plotext theme matching the app's theme, registered once (on the UI thread)."""
+    """The plotext theme matching the app's theme, registered once (on the UI thread).
+
+    Its own name: textual-plotext registers `textual-auto-*` themes with other colours, and
+    whichever came first would otherwise colour every chart of the process."""
     from plotext._dict import themes
     from textual.color import Color
     from textual_plotext.plot import _rgbify_theme, _sequence
 
-    name = f"textual-auto-{app.theme}"
+    name = f"marinctl-{app.theme}"
     if name not in themes:
         var = app.theme_variables
         surface, foreground = Color.parse(var.get("surface")).rgb, Color.parse(var.get("foreground")).rgb
