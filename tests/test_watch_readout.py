@@ -128,7 +128,8 @@ def _settled(key: str, shown: str):
         await pilot.press(key)
         await wait_for_text(pilot, shown)
         await settle(pilot)
-        pilot.app.set_focus(None)          # the picture without a focus highlight (where focus lands is Textual's)
+        pilot.app.set_focus(None)          # the picture without focus or sidebar highlight (both
+        pilot.app._sidebar.highlighted = None   # depend on the order Textual settles focus in)
         await settle(pilot)
     return run_before
 

@@ -33,7 +33,7 @@ def value_text(logged: Logged | None, cursor: int | None) -> str:
     text = N.sig(logged.value, missing="nan")
     if cursor is not None and logged.step != cursor:
         text += f" @{N.count(logged.step)}"
-    if logged.lo is not None and logged.hi is not None:
+    if logged.lo is not None and logged.hi is not None and N.sig(logged.lo) != N.sig(logged.hi):
         text += f" [{N.sig(logged.lo)}…{N.sig(logged.hi)}]"
     return text
 
