@@ -1,5 +1,6 @@
 """`watch` on a `.wandb` run while it is being written (issue 17 #4): a new step is on screen
-within 2 s of reaching the file, and `r` reads the file at once.
+within 2 s of reaching the file, `r` reads the file at once, and the run pane shows what the
+run printed.
 
 A real wandb SDK run (offline, SYNTHETIC) is written by a subprocess that pauses on a signal
 file; the app tails the file through the sync pipeline's follower. The clock starts when the
@@ -32,6 +33,7 @@ WRITER = textwrap.dedent(r'''
                      settings=wandb.Settings(x_disable_stats=True, x_transaction_log_flush_interval=0.1))
     for s in range(30):
         run.log({"train/loss": 5.0 - s * 0.01, "grad/norm/total": 1.0}, step=s, commit=True)
+    print("synthetic console line: warm-up done", flush=True)
     def wait(name):
         deadline = time.time() + 60
         while not os.path.exists(os.path.join(out, name)) and time.time() < deadline:
@@ -82,6 +84,8 @@ async def test_a_step_written_live_is_on_screen_within_two_seconds(store, tmp_pa
             await wait_for_text(pilot, "reading the run's file now")
             await wait_for_text(pilot, "finished", timeout=10)
             assert f"step {LATE_STEP:,}" in screen(app)
+            await pilot.press("i")                           # the run pane ends with what the run printed
+            await wait_for_text(pilot, "Console (", "warm-up done", timeout=10)
     finally:
         (out / "go").touch()
         (out / "stop").touch()

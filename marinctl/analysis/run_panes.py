@@ -1,4 +1,5 @@
-"""The run panes' contents: who the run is (overview), what it was told (config), where it ended (summary).
+"""The run panes' contents: who the run is (overview), what it was told (config), where it ended
+(summary), and what it printed last (console).
 
 `run_pane` reads once per run (a worker does, when the pane opens or the run changes); the
 pane filters the rows as the user types, without reading again. Values are plain text
@@ -28,6 +29,7 @@ class RunPane:
     overview: list[Row] = field(default_factory=list)
     config: list[Row] = field(default_factory=list)
     summary: list[Row] = field(default_factory=list)
+    console: list[Row] = field(default_factory=list)     # (`@step`, line), oldest first
 
 
 def flatten(doc: Any, prefix: str = "") -> list[Row]:
@@ -103,9 +105,11 @@ def overview_rows(con: Connection, target: Target, stats: HeaderStats | None = N
     return rows
 
 
-def run_pane(con: Connection, target: Target, stats: HeaderStats | None = None) -> RunPane:
-    """Overview, config and summary of the run on screen (the leaf's documents for a lineage)."""
+def run_pane(con: Connection, target: Target, stats: HeaderStats | None = None, console_lines: int = 40) -> RunPane:
+    """Overview, config, summary and last console lines of the run on screen (the leaf's documents for a lineage)."""
     summary = target.leaf.get("summary")
     summary = summary if isinstance(summary, dict) else {}
+    console = [(f"@{N.count(step)}" if step is not None else N.DASH, line)
+               for step, line in S.console_tail(con, [r["uid"] for r in target.runs], console_lines)]
     return RunPane(target.name, overview_rows(con, target, stats), flatten(config_of(target.leaf)),
-                   flatten({k: v for k, v in summary.items() if not str(k).startswith("_wandb")}))
+                   flatten({k: v for k, v in summary.items() if not str(k).startswith("_wandb")}), console)

@@ -196,3 +196,13 @@ def data_version(con: duckdb.DuckDBPyConnection) -> tuple:
                (SELECT count(*) FROM metric_keys), (SELECT count(*) FROM events),
                (SELECT count(*) FROM anomalies), (SELECT max(detected_at) FROM anomalies)
     """).fetchall()[0])
+
+
+def console_tail(con: duckdb.DuckDBPyConnection, uids: Sequence[str], n: int = 40) -> list[tuple[int | None, str]]:
+    """The last `n` console lines (step, text) the runs printed, oldest first: the run pane's console."""
+    if not uids:
+        return []
+    rows = con.execute(
+        f"SELECT step, coalesce(body, title) FROM events WHERE kind = 'console' AND run_uid IN ({_marks(uids)})"
+        " ORDER BY time DESC NULLS LAST, step DESC NULLS LAST, event_id DESC LIMIT ?", [*uids, int(n)]).fetchall()
+    return [(None if s is None else int(s), str(t or "")) for s, t in reversed(rows)]

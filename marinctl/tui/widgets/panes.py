@@ -1,4 +1,4 @@
-"""The side panes: the run pane (`i`: overview, config, summary, searchable) and system metrics (`m`)."""
+"""The side panes: the run pane (`i`: overview, config, summary, console, searchable) and system metrics (`m`)."""
 
 from __future__ import annotations
 
@@ -32,11 +32,12 @@ class RunPaneView(Vertical):
         self.pane: RunPane | None = None
 
     def compose(self) -> ComposeResult:
-        yield Input(placeholder="search config and summary", id="pane-search")
+        yield Input(placeholder="search config, summary and console", id="pane-search")
         with VerticalScroll(id="pane-body"):
             yield Static("loading the run…", id="pane-overview")
             yield Static("", id="pane-config")
             yield Static("", id="pane-summary")
+            yield Static("", id="pane-console")
 
     def show(self, pane: RunPane | None) -> None:
         self.pane = pane
@@ -53,7 +54,7 @@ class RunPaneView(Vertical):
             return
         query = self.query_one("#pane-search", Input).value.strip()
         self.query_one("#pane-overview", Static).update(_table(pane.overview))
-        for name, rows in (("config", pane.config), ("summary", pane.summary)):
+        for name, rows in (("config", pane.config), ("summary", pane.summary), ("console", pane.console)):
             shown = matching_rows(rows, query)
             count = f"{len(shown)} of {len(rows)}" if query else f"{len(rows)}"
             title = Text(f"\n{name.capitalize()} ({count})", style="bold")
