@@ -49,6 +49,12 @@ def key_step_range(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment],
 def last_values(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], keys: Sequence[str],
                 since: int | None = None) -> dict[str, tuple[int, float]]:
     """{key: (step, value)} of the newest finite value of each key (at or after `since`, if given)."""
+    return _last(con, segments, keys, since, None, finite=True)
+
+
+def _last(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], keys: Sequence[str], since: int | None,
+          until: int | None, *, finite: bool) -> dict[str, tuple[int, float]]:
+    """{key: (step, value)} of each key's last value with since <= step <= until (finite ones only, or any)."""
     ids = M.key_ids(con, keys) if keys else {}
     if not ids or not segments:
         return {}
@@ -56,9 +62,10 @@ def last_values(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], key
     where, params = M.segment_filter(segments)
     rows = con.execute(
         f"SELECT key_id, max(step), arg_max(value, step) FROM metrics WHERE key_id IN ({_marks(ids)})"
-        f" AND isfinite(value) AND step >= ? AND {where} GROUP BY key_id",
-        [*ids.values(), since if since is not None else -(2 ** 62), *params]).fetchall()
-    return {names[k]: (int(s), float(v)) for k, s, v in rows}
+        f"{' AND isfinite(value)' if finite else ''} AND step >= ? AND step <= ? AND {where} GROUP BY key_id",
+        [*ids.values(), since if since is not None else -(2 ** 62), until if until is not None else 2 ** 62,
+         *params]).fetchall()
+    return {names[k]: (int(s), float(v) if v is not None else float("nan")) for k, s, v in rows}
 
 
 def smallest_value(con: duckdb.DuckDBPyConnection, run_pks: Sequence[int], key: str) -> float | None:
@@ -164,16 +171,7 @@ def values_at_or_before(con: duckdb.DuckDBPyConnection, segments: Sequence[Segme
     every 10 steps — at the step before it that logged the key (the caller names that step).
     Non-finite values are returned as they are.
     """
-    ids = M.key_ids(con, keys)
-    if not ids or not segments:
-        return {}
-    names = {v: k for k, v in ids.items()}
-    where, params = M.segment_filter(segments)
-    rows = con.execute(
-        f"SELECT key_id, max(step), arg_max(value, step) FROM metrics WHERE key_id IN ({_marks(ids)})"
-        f" AND step <= ? AND step >= ? AND {where} GROUP BY key_id",
-        [*ids.values(), step, since if since is not None else -(2 ** 62), *params]).fetchall()
-    return {names[k]: (int(s), float(v) if v is not None else float("nan")) for k, s, v in rows}
+    return _last(con, segments, keys, since, step, finite=False)
 
 
 def keys_of(con: duckdb.DuckDBPyConnection, run_pks: Sequence[int]) -> list[str]:
