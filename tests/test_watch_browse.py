@@ -192,3 +192,20 @@ async def test_space_compares_a_sidebar_run_with_a_legend_and_x_alignment(db):
         await pilot.press("space")                                 # again: taken off
         text = await settle(pilot)
         assert "comparing" not in view_line(text)
+
+
+async def test_click_and_drag_move_the_cursor_readout(db):
+    from textual import events
+
+    app = open_watch(db, "hero")
+    async with run_test(app) as pilot:
+        await ready(pilot)
+        loss = app._page.chart_for("train/loss")
+        await pilot.click(loss, offset=(loss.size.width // 4, 4))
+        text = await settle(pilot)
+        first = int(re.search(r"▏step ([\d,]+)", text).group(1).replace(",", ""))
+        assert 50 < first < 400                                     # a quarter of the way along 800 steps
+        await pilot._post_mouse_events([events.MouseMove], loss, offset=(3 * loss.size.width // 4, 4), button=1)
+        text = await settle(pilot)
+        dragged = int(re.search(r"▏step ([\d,]+)", text).group(1).replace(",", ""))
+        assert 400 < dragged < 799                                  # the readout followed the pointer

@@ -203,6 +203,13 @@ class MetricChart(PlotextPlot):
         if step is not None:
             self.post_message(self.Clicked(self.key, step))
 
+    def on_mouse_move(self, event: events.MouseMove) -> None:
+        """Dragging with the button held moves the cursor along (the readout follows the pointer)."""
+        if event.button == 1:
+            step = self.step_at_column(event.x)
+            if step is not None:
+                self.post_message(self.Clicked(self.key, step))
+
     def _wheel(self, event: events.MouseEvent, factor: float) -> None:
         event.stop()
         step = self.step_at_column(event.x)
