@@ -92,3 +92,31 @@ async def test_a_step_written_live_is_on_screen_within_two_seconds(store, tmp_pa
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+
+
+async def test_demo_first_frame_says_what_is_starting_until_steps_arrive(store, tmp_path):
+    """`marinctl demo` opens watch before its trainer has written anything (issue 14 #6)."""
+    from marinctl.tui.app import WatchApp
+
+    out = tmp_path / "demo"
+    out.mkdir()
+    app = WatchApp(str(out / "wandb"), 30, store=store, starting="starting the rung1 proxy…")
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    proc = None
+    try:
+        async with run_test(app) as pilot:
+            text = await wait_for_text(pilot, "starting the rung1 proxy…", "as soon as the first steps are written")
+            assert "holds no runs" not in text and "marinctl demo" not in text
+            proc = subprocess.Popen([sys.executable, "-c", WRITER, str(out)], env=env,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            text = await wait_for_text(pilot, "▏step 29", timeout=90)
+            assert "starting the rung1 proxy" not in text
+    finally:
+        (out / "go").touch()
+        (out / "stop").touch()
+        if proc is not None:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
