@@ -209,3 +209,25 @@ async def test_click_and_drag_move_the_cursor_readout(db):
         text = await settle(pilot)
         dragged = int(re.search(r"▏step ([\d,]+)", text).group(1).replace(",", ""))
         assert 400 < dragged < 799                                  # the readout followed the pointer
+
+
+@pytest.mark.parametrize("kind", ["synced-rung", "local", "repro"])
+async def test_layout_keys_and_panes_on_every_kind_of_run(tmp_path_factory, kind):
+    """The new keys on a run synced from (fake) W&B, a local `.wandb` run and a repro run."""
+    from tests.run_kinds import KINDS, kinds_home
+
+    app = open_watch(kinds_home(tmp_path_factory) / "marinctl.duckdb", KINDS[kind])
+    async with run_test(app) as pilot:
+        text = await ready(pilot)
+        pages = int(re.search(r"page 1/(\d+)", view_line(text)).group(1))
+        await pilot.press("pagedown")
+        await wait_for_text(pilot, f"page 2/{pages}" if pages > 1 else "last page of 1")
+        await pilot.press("c")
+        await wait_for_text(pilot, "3×4 grid")
+        await pilot.press("i")
+        text = await wait_for_text(pilot, "Config (")            # (the summary is below, scrolled)
+        assert "source" in text and "steps" in text
+        await pilot.press("i", "m")
+        await wait_for_text(pilot, "system")
+        await pilot.press("slash", *"loss", "enter")
+        await wait_for_text(pilot, "keys match")
