@@ -224,6 +224,7 @@ async def test_ui_stays_responsive_while_a_sync_is_slow(watch_store):
             assert time.monotonic() - t0 < 2.0
             assert running(app, "sync") and not release.is_set()     # the sync is still going
             assert "syncing" in screen_text(app)
+            assert "W&B every 3600 s" in screen_text(app)          # the polite poll interval, in the header
             release.set()
             await wait_for(pilot, lambda: not running(app, "sync"))
             await wait_for(pilot, lambda: app._header.synced_at is not None)
