@@ -173,7 +173,6 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         self._header.starting = self.starting
         self._cursor_bar.focus()
         self.params = self._with(buckets=self._bucket_guess())
-        self.call_after_refresh(self.reload)    # the first frame waits for nothing but the layout (chart sizes)
         self.run_worker(self._plan_worker, thread=True, group="plan", exit_on_error=False)
         self.set_interval(1.0, self._tick)
 
@@ -226,7 +225,9 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         self.sync_targets = message.sync_targets + message.local_paths
         if message.error:
             self.notify(message.error, title="watch", severity="error")
-        if message.view_ref != self.params.ref:
+        if message.view_ref != self.params.ref or self.view is None:
+            # the first read waits for planning (a store lookup, milliseconds): a read of the
+            # default view first would only delay the one asked for
             self.params = self._with(ref=message.view_ref, page=0)
             self.reload()
         self.load_keys(self.params.ref)

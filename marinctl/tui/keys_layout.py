@@ -120,7 +120,12 @@ class LayoutActions:
 
     # -- the focused chart -------------------------------------------------------------------
     def focused_chart(self: WatchApp) -> str | None:
-        widget = self.focused
+        from textual.app import ScreenStackError
+
+        try:
+            widget = self.focused
+        except ScreenStackError:            # a worker's message arriving while the app shuts down
+            return None
         return widget.key if isinstance(widget, MetricChart) else None
 
     def action_chart_yfit(self: WatchApp) -> None:
