@@ -173,8 +173,16 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         self._header.starting = self.starting
         self._cursor_bar.focus()
         self.params = self._with(buckets=self._bucket_guess())
+        if self.target in (None, "marin", "hero"):
+            # the hero lineage needs no planning to be read: start now, planning only adds the sync
+            self.params = self._with(ref=self.params.ref or ("hero" if self.target else None))
+            self.call_after_refresh(self._first_read)
         self.run_worker(self._plan_worker, thread=True, group="plan", exit_on_error=False)
         self.set_interval(1.0, self._tick)
+
+    def _first_read(self) -> None:
+        if self._generation == 0:           # planning has not started one already
+            self.reload()
 
     def on_unmount(self) -> None:
         self.stop_live()
@@ -225,9 +233,9 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         self.sync_targets = message.sync_targets + message.local_paths
         if message.error:
             self.notify(message.error, title="watch", severity="error")
-        if message.view_ref != self.params.ref or self.view is None:
-            # the first read waits for planning (a store lookup, milliseconds): a read of the
-            # default view first would only delay the one asked for
+        if message.view_ref != self.params.ref or self._generation == 0:
+            # any other target's first read waits for planning (a store lookup, milliseconds):
+            # a read of the default view first would only delay the one asked for
             self.params = self._with(ref=message.view_ref, page=0)
             self.reload()
         self.load_keys(self.params.ref)
