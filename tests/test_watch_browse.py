@@ -231,3 +231,21 @@ async def test_layout_keys_and_panes_on_every_kind_of_run(tmp_path_factory, kind
         await wait_for_text(pilot, "system")
         await pilot.press("slash", *"loss", "enter")
         await wait_for_text(pilot, "keys match")
+
+
+async def test_readout_labels_tell_leaves_apart_by_their_shortest_suffix(db):
+    """Two router_bias leaves never share a label (issue 17: both read `params/router_bias`)."""
+    leaves = [k for k in keys_of(db) if k.endswith("router_bias")]
+    assert len(leaves) >= 2
+    app = open_watch(db, "hero")
+    async with run_test(app) as pilot:
+        await ready(pilot)
+        await pilot.press("slash", *"router_bias", "enter")
+        text = await wait_for_text(pilot, f"{len(leaves)} of ")
+        line = next(line for line in text.splitlines() if "▏step" in line)
+        shown = re.findall(r"(\S*router_bias) ", line)
+        assert len(shown) >= 2 and len(set(shown)) == len(shown)            # distinct labels
+        for label in shown:                                                   # `grad/…0.mlp.router_bias`
+            head, _, tail = label.rpartition("…")
+            assert sum(k.startswith(head) and k.endswith(tail) for k in leaves) == 1
+            assert len(label) < min(len(k) for k in leaves)

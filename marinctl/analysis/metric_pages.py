@@ -136,15 +136,27 @@ def short_labels(keys: list[str] | tuple[str, ...]) -> dict[str, str]:
 
     `params/norm/stacked_blocks.0.mlp.router_bias` and `…blocks.1.mlp.router_bias` read
     `0.mlp.router_bias` and `1.mlp.router_bias`; `grad/norm/total` beside `params/norm/total`
-    keeps its prefix; a key alone keeps its last part.
+    keeps its prefix; a key alone keeps its last part. When only the whole key is unique (a
+    `grad/…` twin of every `params/…` leaf), its first part and the suffix that is unique among
+    the keys sharing that first part: `grad/…0.mlp.router_bias`, `params/…0.mlp.router_bias`.
     """
     tokens = {k: re.split(r"(?<=[/.])", k) for k in set(keys)}
-    out: dict[str, str] = {}
+    out = {key: _unique_suffix(key, parts, tokens) for key, parts in tokens.items()}
     for key, parts in tokens.items():
-        for n in range(1, len(parts) + 1):
-            suffix = "".join(parts[-n:])
-            if not any(o != key and (o == suffix or o.endswith(suffix) and o[-len(suffix) - 1] in "/.")
-                       for o in tokens):
-                break
-        out[key] = suffix
+        if out[key] == key and len(parts) > 2:
+            same_head = {k: t for k, t in tokens.items() if t[0] == parts[0]}
+            tail = _unique_suffix(key, parts[1:], same_head)
+            if len(parts[0]) + 1 + len(tail) <= len(key) - 6:      # only where it saves real room
+                out[key] = f"{parts[0]}…{tail}"
     return out
+
+
+def _unique_suffix(key: str, parts: list[str], tokens: dict[str, list[str]]) -> str:
+    """The fewest trailing parts of `key` that end no other key of `tokens` at a part boundary."""
+    suffix = key
+    for n in range(1, len(parts) + 1):
+        suffix = "".join(parts[-n:])
+        if not any(o != key and (o == suffix or o.endswith(suffix) and o[-len(suffix) - 1] in "/.")
+                   for o in tokens):
+            return suffix
+    return key
