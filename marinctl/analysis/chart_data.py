@@ -9,7 +9,6 @@ Every function takes an open connection and returns plain data; painting is rend
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -182,17 +181,6 @@ class PanelData:
         """The last logged step of the bucket nearest `step` (where a cursor reads exactly)."""
         i = self.bucket_at(step)
         return None if i is None or not len(self.step_hi) else int(self.step_hi[i])
-
-
-def panel_keys(con: Connection, target: Target, pattern: str | None = None,
-               all_keys: Sequence[str] | None = None) -> list[str]:
-    """Panels to show: the default ones that have data, or every key matching the regex."""
-    if pattern:
-        rx = re.compile(pattern)
-        keys = list(all_keys) if all_keys is not None else M.run_keys(con, target.run_pks)
-        return [k for k in keys if rx.search(k) and not k.startswith("_")]
-    present = S.keys_with_data(con, target.run_pks, DEFAULT_PANELS)
-    return [k for k in DEFAULT_PANELS if k in present]
 
 
 def has_data(con: Connection, target: Target, key: str) -> bool:

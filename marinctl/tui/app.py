@@ -131,7 +131,6 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         self._syncing = False
         self._last_error: str | None = None
         self._focus_after_load: str | None = None
-        self.ui_seconds = 0.0                           # UI-thread time in view handlers (bench, tests)
         self.refreshes = 0
 
     # -- layout --------------------------------------------------------------------------
@@ -242,7 +241,6 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         self.start_live(message.local_paths, message.sync_targets)
 
     def on_view_loaded(self, message: msg.ViewLoaded) -> None:
-        t0 = time.perf_counter()
         self._loading = False
         if message.generation == self._generation and message.view is not None:
             self._show_view(message)
@@ -250,7 +248,6 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
             self.notify(message.error, severity="error")
         if self._reload_pending:
             self.reload()
-        self.ui_seconds += time.perf_counter() - t0
 
     def _show_view(self, message: msg.ViewLoaded) -> None:
         view = message.view

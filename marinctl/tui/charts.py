@@ -11,7 +11,6 @@ which is how an unchanged chart is never redrawn.
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -153,8 +152,6 @@ class MetricChart(PlotextPlot):
         self.spec = FrameSpec()
         self._frame: Frame | None = None
         self._lock = threading.Lock()
-        self.render_seconds = 0.0          # UI-thread time spent building frames (for bench/tests)
-        self.frames_built = 0              # frames this widget built itself (resizes)
 
     # -- data in -------------------------------------------------------------------------
     def set_panel(self, panel: PanelData, axis: Axis, spec: FrameSpec, frame: Frame | None = None) -> None:
@@ -179,11 +176,8 @@ class MetricChart(PlotextPlot):
             return Text(f"{self.key}\nloading…", style="dim")
         if not self.needs_frame(size):
             return self._frame.text
-        t0 = time.perf_counter()
         with self._lock:
             self._frame = build_frame(self.plt, self.panel, self.axis, self.spec, size)
-        self.frames_built += 1
-        self.render_seconds += time.perf_counter() - t0
         return self._frame.text
 
     def step_at_column(self, column: int) -> float | None:

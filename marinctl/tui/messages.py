@@ -64,14 +64,6 @@ class FramesReady(Message):
 
 
 @dataclass
-class ReadoutReady(Message):
-    """Exact values at the cursor for the keys the envelopes could not answer (a store read)."""
-
-    step: int
-    values: dict[str, Any]              # key -> chart_data.Logged
-
-
-@dataclass
 class StoreChanged(Message):
     """The follower wrote new records of a local run (or the store's data version moved)."""
 
