@@ -114,9 +114,7 @@ def export(
                                 "list keys with `marinctl sql \"SELECT key FROM metric_keys\"`")
         if fmt == "parquet":
             out.parent.mkdir(parents=True, exist_ok=True)
-            import pyarrow.parquet as pq
-
-            pq.write_table(metrics.export_table(con, target.segments, key_list), str(out))
+            metrics.export_parquet(con, target.segments, key_list, out)   # streamed: bounded memory
             output.info(f"wrote {out}")
             return
         reader = metrics.export_batches(con, target.segments, key_list, 100_000)

@@ -5,15 +5,25 @@ gaps and crossings over a frame that store/history.py read, and return the rows 
 the bar the caller gives. DuckDB's windowed `median`/`mad` over `ROWS BETWEEN n PRECEDING`
 is what keeps full detection of a 400k-step run in seconds (bench/bench_explain.py).
 Every window is trailing and excludes the current row unless said otherwise.
+
+Memory: DuckDB's windowed median/MAD sizes its sort tree by the whole partition and sits
+outside `memory_limit` (one 1.07 GB allocation for a 400k-step run's spike keys). So every
+query here sees at most `CHUNK_ROWS` rows (plus the window's own look-back): each key's rows,
+filtered as the query filters them, are cut into chunks that carry the `overlap` rows the
+window needs before them, and each chunk reports only its own rows — results identical to
+one query over the whole frame (tests/test_parts.py checks it).
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from marinctl.store import Connection
+
+CHUNK_ROWS = 50_000
 
 
 def _until(hi: int | None) -> tuple[str, list[Any]]:
@@ -36,6 +46,42 @@ class _Frame:
             self.con.unregister(name)
 
 
+def _rows_of(data: pa.Table, key: str, keep: Callable[[pa.Table], Any] | None = None) -> pa.Table:
+    """One key's rows, filtered as the query filters them, in step order."""
+    t = data.filter(pc.equal(data["key"], key))
+    if keep is not None and t.num_rows:
+        t = t.filter(keep(t))
+    return t.sort_by("step")
+
+
+def _chunks(rows: pa.Table, overlap: int, size: int | None = None) -> Iterator[tuple[pa.Table, str]]:
+    """(chunk, SQL condition on `step` selecting the chunk's own rows): each chunk carries the
+    `overlap` rows before it that its windows look back over."""
+    size = size or CHUNK_ROWS
+    n = rows.num_rows
+    if n <= size + overlap:
+        yield rows, "true"
+        return
+    steps = rows.column("step")
+    for i in range(0, n, size):
+        j = min(n, i + size)
+        own = []
+        if i > 0:
+            own.append(f"step >= {int(steps[i].as_py())}")
+        if j < n:
+            own.append(f"step < {int(steps[j].as_py())}")
+        start = max(0, i - overlap)
+        yield rows.slice(start, j - start), " AND ".join(own) or "true"
+
+
+def _finite(t: pa.Table):
+    return pc.is_finite(t["value"])
+
+
+def _positive(t: pa.Table):
+    return pc.and_(pc.is_finite(t["value"]), pc.greater(t["value"], 0))
+
+
 def robust_z(con: Connection, data: pa.Table, specs: Sequence[tuple[str, str, int, float, float]],
              window: int, min_points: int, lo: int, hi: int | None) -> list[tuple[str, int, float, float, float]]:
     """Modified z-scores 0.6745·(y − median)/MAD over each key's trailing `window` points.
@@ -44,42 +90,49 @@ def robust_z(con: Connection, data: pa.Table, specs: Sequence[tuple[str, str, in
     returned when direction·z > bar and at least `min_points` precede it. Rows are
     (key, step, value, baseline in the value's units, z), by key then step.
     """
-    cfg = pa.table({"key": [s[0] for s in specs], "xform": [s[1] for s in specs], "dir": [s[2] for s in specs],
-                    "bar": [float(s[3]) for s in specs], "floor": [float(s[4]) for s in specs]})
+    out: list[tuple] = []
     until, extra = _until(hi)
-    with _Frame(con, _det_data=data, _det_cfg=cfg):
-        return con.execute(f"""
-            WITH x AS (
-                SELECT d.key, d.step, d.value, c.dir, c.bar, c.floor, c.xform,
-                       CASE WHEN c.xform = 'log' THEN ln(d.value) ELSE d.value END AS y
-                FROM _det_data d JOIN _det_cfg c USING (key)
-                WHERE isfinite(d.value) AND (c.xform <> 'log' OR d.value > 0)
-            ), w AS (
-                SELECT *, median(y) OVER win AS med, mad(y) OVER win AS dev, count(*) OVER win AS n
-                FROM x WINDOW win AS (PARTITION BY key ORDER BY step ROWS BETWEEN {int(window)} PRECEDING AND 1 PRECEDING)
-            )
-            SELECT key, step, value, CASE WHEN xform = 'log' THEN exp(med) ELSE med END AS base,
-                   0.6745 * (y - med) / greatest(dev, floor) AS z
-            FROM w
-            WHERE n >= {int(min_points)} AND step >= ? {until}
-              AND dir * 0.6745 * (y - med) / greatest(dev, floor) > bar
-            ORDER BY key, step
-        """, [lo, *extra]).fetchall()
+    for key, xform, direction, bar, floor in specs:
+        cfg = pa.table({"key": [key], "xform": [xform], "dir": [direction], "bar": [float(bar)], "floor": [float(floor)]})
+        rows = _rows_of(data, key, _positive if xform == "log" else _finite)
+        for chunk, own in _chunks(rows, int(window)):
+            with _Frame(con, _det_data=chunk, _det_cfg=cfg):
+                out += con.execute(f"""
+                    WITH x AS (
+                        SELECT d.key, d.step, d.value, c.dir, c.bar, c.floor, c.xform,
+                               CASE WHEN c.xform = 'log' THEN ln(d.value) ELSE d.value END AS y
+                        FROM _det_data d JOIN _det_cfg c USING (key)
+                        WHERE isfinite(d.value) AND (c.xform <> 'log' OR d.value > 0)
+                    ), w AS (
+                        SELECT *, median(y) OVER win AS med, mad(y) OVER win AS dev, count(*) OVER win AS n
+                        FROM x WINDOW win AS (PARTITION BY key ORDER BY step ROWS BETWEEN {int(window)} PRECEDING AND 1 PRECEDING)
+                    )
+                    SELECT key, step, value, CASE WHEN xform = 'log' THEN exp(med) ELSE med END AS base,
+                           0.6745 * (y - med) / greatest(dev, floor) AS z
+                    FROM w
+                    WHERE n >= {int(min_points)} AND step >= ? {until} AND {own}
+                      AND dir * 0.6745 * (y - med) / greatest(dev, floor) > bar
+                """, [lo, *extra]).fetchall()
+    return sorted(out, key=lambda r: (r[0], r[1]))
 
 
 def above_trend(con: Connection, data: pa.Table, key: str, window: int, min_points: int, ratio: float,
                 lo: int) -> list[tuple[int, float, float]]:
     """(step, value, trend) where a key's value exceeds `ratio` × the median of its previous `window` points."""
-    with _Frame(con, _det_data=data):
-        return con.execute(f"""
-            WITH w AS (
-                SELECT step, value, median(value) OVER (ORDER BY step ROWS BETWEEN {int(window)} PRECEDING AND 1 PRECEDING) AS trend,
-                       count(*) OVER (ORDER BY step ROWS BETWEEN {int(window)} PRECEDING AND 1 PRECEDING) AS n
-                FROM _det_data WHERE key = ? AND isfinite(value)
-            )
-            SELECT step, value, trend FROM w WHERE n >= {int(min_points)} AND value > {float(ratio)} * trend AND step >= ?
-            ORDER BY step
-        """, [key, lo]).fetchall()
+    out: list[tuple] = []
+    for chunk, own in _chunks(_rows_of(data, key, _finite), int(window)):
+        with _Frame(con, _det_data=chunk):
+            out += con.execute(f"""
+                WITH w AS (
+                    SELECT step, value, median(value) OVER (ORDER BY step ROWS BETWEEN {int(window)} PRECEDING AND 1 PRECEDING) AS trend,
+                           count(*) OVER (ORDER BY step ROWS BETWEEN {int(window)} PRECEDING AND 1 PRECEDING) AS n
+                    FROM _det_data WHERE key = ? AND isfinite(value)
+                )
+                SELECT step, value, trend FROM w WHERE n >= {int(min_points)} AND value > {float(ratio)} * trend AND step >= ?
+                  AND {own}
+                ORDER BY step
+            """, [key, lo]).fetchall()
+    return out
 
 
 def rate_drops(con: Connection, data: pa.Table, key: str, *, invert: bool, recent: int, base: int, min_points: int,
@@ -88,17 +141,21 @@ def rate_drops(con: Connection, data: pa.Table, key: str, *, invert: bool, recen
     (this one included) is below `ratio` × the median of the `base` points before them.
 
     The rate is the key's value, or 1/value with `invert` (a duration per step)."""
-    with _Frame(con, _det_data=data):
-        return con.execute(f"""
-            WITH x AS (SELECT step, CASE WHEN ? THEN 1.0 / value ELSE value END AS rate
-                       FROM _det_data WHERE key = ? AND isfinite(value) AND value > 0),
-            w AS (SELECT step, rate,
-                         median(rate) OVER (ORDER BY step ROWS BETWEEN {int(recent) - 1} PRECEDING AND CURRENT ROW) AS recent,
-                         median(rate) OVER (ORDER BY step ROWS BETWEEN {int(base) + int(recent)} PRECEDING AND {int(recent)} PRECEDING) AS base,
-                         count(*) OVER (ORDER BY step ROWS BETWEEN {int(base) + int(recent)} PRECEDING AND {int(recent)} PRECEDING) AS n
-                  FROM x)
-            SELECT step, recent, base FROM w WHERE n >= {int(min_points)} AND recent < {float(ratio)} * base ORDER BY step
-        """, [invert, key]).fetchall()
+    out: list[tuple] = []
+    for chunk, own in _chunks(_rows_of(data, key, _positive), int(base) + int(recent)):
+        with _Frame(con, _det_data=chunk):
+            out += con.execute(f"""
+                WITH x AS (SELECT step, CASE WHEN ? THEN 1.0 / value ELSE value END AS rate
+                           FROM _det_data WHERE key = ? AND isfinite(value) AND value > 0),
+                w AS (SELECT step, rate,
+                             median(rate) OVER (ORDER BY step ROWS BETWEEN {int(recent) - 1} PRECEDING AND CURRENT ROW) AS recent,
+                             median(rate) OVER (ORDER BY step ROWS BETWEEN {int(base) + int(recent)} PRECEDING AND {int(recent)} PRECEDING) AS base,
+                             count(*) OVER (ORDER BY step ROWS BETWEEN {int(base) + int(recent)} PRECEDING AND {int(recent)} PRECEDING) AS n
+                      FROM x)
+                SELECT step, recent, base FROM w WHERE n >= {int(min_points)} AND recent < {float(ratio)} * base AND {own}
+                ORDER BY step
+            """, [invert, key]).fetchall()
+    return out
 
 
 def gaps(con: Connection, data: pa.Table, key: str, *, window: int, factor: float, min_seconds: float,
@@ -106,34 +163,41 @@ def gaps(con: Connection, data: pa.Table, key: str, *, window: int, factor: floa
     """(step, previous step, Δvalue, trailing median Δvalue) where steps skip, or where `key`
     (a wall clock) jumped more than max(factor × its median step time, min_seconds)."""
     until, extra = _until(hi)
-    with _Frame(con, _det_data=data):
-        return con.execute(f"""
-            WITH t AS (SELECT step, value AS ts, lag(step) OVER (ORDER BY step) AS prev_step, lag(value) OVER (ORDER BY step) AS prev_ts
-                       FROM _det_data WHERE key = ?),
-            w AS (SELECT *, ts - prev_ts AS dt,
-                         median(ts - prev_ts) OVER (ORDER BY step ROWS BETWEEN {int(window)} PRECEDING AND 1 PRECEDING) AS med_dt
-                  FROM t)
-            SELECT step, prev_step, dt, med_dt FROM w
-            WHERE prev_step IS NOT NULL AND step >= ? {until}
-              AND (step - prev_step > 1 OR (dt > greatest({float(factor)} * coalesce(med_dt, 0), {float(min_seconds)})))
-            ORDER BY step
-        """, [key, lo, *extra]).fetchall()
+    out: list[tuple] = []
+    for chunk, own in _chunks(_rows_of(data, key), int(window) + 1):
+        with _Frame(con, _det_data=chunk):
+            out += con.execute(f"""
+                WITH t AS (SELECT step, value AS ts, lag(step) OVER (ORDER BY step) AS prev_step, lag(value) OVER (ORDER BY step) AS prev_ts
+                           FROM _det_data WHERE key = ?),
+                w AS (SELECT *, ts - prev_ts AS dt,
+                             median(ts - prev_ts) OVER (ORDER BY step ROWS BETWEEN {int(window)} PRECEDING AND 1 PRECEDING) AS med_dt
+                      FROM t)
+                SELECT step, prev_step, dt, med_dt FROM w
+                WHERE prev_step IS NOT NULL AND step >= ? {until} AND {own}
+                  AND (step - prev_step > 1 OR (dt > greatest({float(factor)} * coalesce(med_dt, 0), {float(min_seconds)})))
+                ORDER BY step
+            """, [key, lo, *extra]).fetchall()
+    return out
 
 
 def crossings(con: Connection, data: pa.Table, refs: dict[str, float], rel: float,
               lo: int, hi: int | None) -> list[tuple[str, int, float, float, float]]:
     """(key, step, value, reference, |value/reference − 1|) where a key first moves more than
     `rel` away from its reference (after being within it), by step then deviation."""
-    ref_tab = pa.table({"key": list(refs), "ref": list(refs.values())})
     until, extra = _until(hi)
-    with _Frame(con, _det_data=data, _det_ref=ref_tab):
-        return con.execute(f"""
-            WITH x AS (SELECT d.key, d.step, d.value, r.ref, abs(d.value / r.ref - 1) AS dev FROM _det_data d JOIN _det_ref r USING (key)),
-            w AS (SELECT *, lag(dev) OVER (PARTITION BY key ORDER BY step) AS prev_dev FROM x)
-            SELECT key, step, value, ref, dev FROM w
-            WHERE dev > {float(rel)} AND (prev_dev IS NULL OR prev_dev <= {float(rel)}) AND step >= ? {until}
-            ORDER BY step, dev DESC
-        """, [lo, *extra]).fetchall()
+    out: list[tuple] = []
+    present = set(pc.unique(data["key"]).cast(pa.string()).to_pylist()) if data.num_rows else set()
+    for key in sorted(k for k in refs if k in present):
+        ref_tab = pa.table({"key": [key], "ref": [float(refs[key])]})
+        for chunk, own in _chunks(_rows_of(data, key), 1):
+            with _Frame(con, _det_data=chunk, _det_ref=ref_tab):
+                out += con.execute(f"""
+                    WITH x AS (SELECT d.key, d.step, d.value, r.ref, abs(d.value / r.ref - 1) AS dev FROM _det_data d JOIN _det_ref r USING (key)),
+                    w AS (SELECT *, lag(dev) OVER (PARTITION BY key ORDER BY step) AS prev_dev FROM x)
+                    SELECT key, step, value, ref, dev FROM w
+                    WHERE dev > {float(rel)} AND (prev_dev IS NULL OR prev_dev <= {float(rel)}) AND step >= ? {until} AND {own}
+                """, [lo, *extra]).fetchall()
+    return sorted(out, key=lambda r: (r[1], -r[4] if r[4] == r[4] else float("-inf")))
 
 
 def log_change_z(con: Connection, data: pa.Table, key: str, *, window: int, min_points: int, min_change: float,
@@ -141,15 +205,18 @@ def log_change_z(con: Connection, data: pa.Table, key: str, *, window: int, min_
     """(step, previous step, value, Δlog, median Δlog, z) where a key's change in log between
     logged points has |robust z| > bar over the previous `window` changes and |Δlog| > min_change."""
     until, extra = _until(hi)
-    with _Frame(con, _det_data=data):
-        return con.execute(f"""
-            WITH x AS (SELECT step, value, ln(value) - lag(ln(value)) OVER (ORDER BY step) AS d, lag(step) OVER (ORDER BY step) AS prev_step
-                       FROM _det_data WHERE key = ? AND isfinite(value) AND value > 0),
-            w AS (SELECT *, median(d) OVER win AS med, mad(d) OVER win AS dev, count(d) OVER win AS n
-                  FROM x WINDOW win AS (ORDER BY step ROWS BETWEEN {int(window)} PRECEDING AND 1 PRECEDING))
-            SELECT step, prev_step, value, d, med, 0.6745 * (d - med) / greatest(dev, 1e-9) AS z FROM w
-            WHERE n >= {int(min_points)} AND d IS NOT NULL AND abs(d) > {float(min_change)}
-              AND abs(0.6745 * (d - med) / greatest(dev, 1e-9)) > {float(bar)}
-              AND step >= ? {until}
-            ORDER BY step
-        """, [key, lo, *extra]).fetchall()
+    out: list[tuple] = []
+    for chunk, own in _chunks(_rows_of(data, key, _positive), int(window) + 1):
+        with _Frame(con, _det_data=chunk):
+            out += con.execute(f"""
+                WITH x AS (SELECT step, value, ln(value) - lag(ln(value)) OVER (ORDER BY step) AS d, lag(step) OVER (ORDER BY step) AS prev_step
+                           FROM _det_data WHERE key = ? AND isfinite(value) AND value > 0),
+                w AS (SELECT *, median(d) OVER win AS med, mad(d) OVER win AS dev, count(d) OVER win AS n
+                      FROM x WINDOW win AS (ORDER BY step ROWS BETWEEN {int(window)} PRECEDING AND 1 PRECEDING))
+                SELECT step, prev_step, value, d, med, 0.6745 * (d - med) / greatest(dev, 1e-9) AS z FROM w
+                WHERE n >= {int(min_points)} AND d IS NOT NULL AND abs(d) > {float(min_change)}
+                  AND abs(0.6745 * (d - med) / greatest(dev, 1e-9)) > {float(bar)}
+                  AND step >= ? {until} AND {own}
+                ORDER BY step
+            """, [key, lo, *extra]).fetchall()
+    return out

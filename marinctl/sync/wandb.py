@@ -1,14 +1,21 @@
-"""Mirror W&B runs: metadata, then history — bulk from parquet exports, the rest in step windows.
+"""Mirror W&B runs: metadata, then history — exported parquet parts kept as they are, the rest in step windows.
 
 Resumability is the design constraint: a sync killed at any moment (Ctrl-C, SIGKILL) must
-lose nothing and resume without duplicates. Every unit of work — a parquet chunk or a
-history window — is written in ONE transaction together with the watermark (the next step
-to fetch, store/state.py). A killed sync leaves the last committed unit; the next one
-starts from the watermark and `replace_range` makes any overlap idempotent.
+lose nothing and resume without duplicates. Every unit of work — a registered parquet part
+or ~1M values of history windows — is written in ONE transaction together with the
+watermark (the next step to fetch, store/state.py). A killed sync leaves the last committed
+unit; the next one starts from the watermark, `replace_range` and `parts.register` make any
+overlap idempotent, and files a kill left unregistered are deleted (`parts.collect_garbage`).
+
+Finished history arrives as W&B's parquet export. Its parts are downloaded and kept as the
+stored form (store/parts.py: nothing is decoded into rows; what reads need from a whole part
+is computed once); the live tail comes as JSON history windows into the long table.
 
 Rewinds and forks: when W&B's `lastStep` goes backwards, or the `_timestamp` of the last
-step we stored no longer matches what W&B serves, history was rewritten; we walk back to
-the first step that differs and re-sync from there. Fork children are stored only from
+step we stored no longer matches what W&B serves, history was rewritten; we walk back (two
+keys per row) to the first step that differs, forget everything from there — long rows
+deleted, parts clipped — and re-sync from it. A part file that went missing sends the
+watermark back to its first step the same way. Fork children are stored only from
 `fork_step + 1` (they inherit the rest from their parent; see store/lineage.py).
 """
 
@@ -17,17 +24,21 @@ from __future__ import annotations
 import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
+import pyarrow as pa
+
 from marinctl.domain import Progress, RunInfo
-from marinctl.errors import UserError
+from marinctl.errors import RuntimeFailure, UserError
 from marinctl.sources import wandb_parquet
 from marinctl.sources.wandb import WandbClient
 from marinctl.sources.wandb_rows import batch_from_rows, max_step
-from marinctl.store import Store, anomalies, metrics, runs, state
+from marinctl.store import Store, anomalies, metrics, parts, runs, state
 from marinctl.sync.targets import Plan
 
 TARGET_VALUES_PER_PAGE = 200_000
+COMMIT_VALUES = 1_000_000  # at most this many window values wait for a transaction (one file open + commit each)
 PARQUET_MIN_STEPS = 5_000  # below this, a few JSON windows cost less than asking for exports
 WINDOW = 1000              # steps per window when walking back to a rewind
 
@@ -81,6 +92,13 @@ def sync_run(store: Store, client: WandbClient, run: RunInfo, *, progress: Progr
         run_pk = runs.upsert_run(con, run)
         last_step = runs.last_step(con, run_pk)
         mark = state.history_mark(con, run.uid)
+        lost = parts.lost_from(con, run_pk)
+        if lost is not None:   # a part's file is gone: fetch its history again from its first step
+            metrics.delete_from(con, run_pk, lost)
+            last_step = runs.refresh_last_step(con, run_pk)
+            mark = min(mark, lost) if mark is not None else lost
+            state.set_history_mark(con, run.uid, mark)
+        parts.collect_garbage(con, run.uid)   # files a killed sync left, or parts just dropped
     floor = (run.fork_step + 1) if run.fork_step is not None else 0
     remote_last = run.remote_last_step
     result = RunSyncResult(run=run.run_id, uid=run.uid, rows_added=0, first_step=None, last_step=last_step)
@@ -89,13 +107,14 @@ def sync_run(store: Store, client: WandbClient, run: RunInfo, *, progress: Progr
 
     fetch = _history_of(client, run)
     if last_step is not None:
-        start = _rewound_from(store, fetch, run_pk, last_step, remote_last, floor)
+        start = _rewound_from(store, client, run, run_pk, last_step, remote_last, floor)
         if start is not None:
             with store.transaction() as con:
                 metrics.delete_from(con, run_pk, start)
                 anomalies.clear(con, run_pk, start)
                 last_step = runs.refresh_last_step(con, run_pk)
                 state.set_history_mark(con, run.uid, start)
+                parts.collect_garbage(con, run.uid)
             mark = start
             result.rewound_from = start
 
@@ -111,27 +130,78 @@ def sync_run(store: Store, client: WandbClient, run: RunInfo, *, progress: Progr
         if progress:
             progress(run.run_id, next_step - (remote_last + 1 - total), total)
 
-    # Bulk: parquet exports cover finished history; far cheaper than JSON windows.
+    # Bulk: the parquet export's parts, kept as they are; far cheaper than JSON windows.
     if use_parquet and remote_last - start >= PARQUET_MIN_STEPS:
-        export = wandb_parquet.open_export(client, run, start, remote_last)
-        if export is not None:
-            try:
-                for chunk in export.chunks(start):
-                    with store.transaction() as con:
-                        n, top = metrics.replace_wide(con, run_pk, chunk.wide, chunk.numeric, chunk.lo, chunk.hi,
-                                                      existing_last_step=last_step)
-                        if top is not None:
-                            runs.raise_last_step(con, run_pk, top)
-                        state.set_history_mark(con, run.uid, chunk.hi)
-                    if top is not None:
-                        last_step = max(last_step if last_step is not None else -1, top)
-                    result.rows_added += n
-                    tick(chunk.hi)
-            finally:
-                export.close()
-            start = max(start, export.boundary)
+        start, added, last_step = _sync_parts(store, client, run, run_pk, start, remote_last, last_step, tick)
+        result.rows_added += added
 
     # Live tail and anything not exported: history windows, fetched one ahead.
+    result.rows_added += _sync_windows(store, fetch, run, run_pk, start, remote_last, last_step, tick)
+
+    with store.connect() as con:
+        result.first_step, result.last_step = metrics.step_range(con, [(run_pk, None, None)])
+    return result
+
+
+def _sync_parts(store: Store, client: WandbClient, run: RunInfo, run_pk: int, start: int, remote_last: int,
+                last_step: int | None, tick: Callable[[int], None]) -> tuple[int, int, int | None]:
+    """Download the run's export and register its parts from `start` on, each in one transaction
+    with the watermark. Returns (first step not covered, values registered, last stored step)."""
+    export = wandb_parquet.describe(client, run)
+    if not export.urls or (export.live_start is not None and export.live_start <= start):
+        return start, 0, last_step
+    root = parts.root_for(store.path)
+    got = wandb_parquet.download_all(client, export.urls, lambda: parts.new_file(root, run.uid),
+                                     lambda path: (path, _footer(path)))
+    got.sort(key=lambda g: g[1].file_lo)   # partitions in step order (their URL order is not stable)
+    exported_hi = max((f.file_hi for _, f in got if f.num_rows), default=None)
+    if exported_hi is None:
+        for path, _ in got:
+            path.unlink(missing_ok=True)
+        return start, 0, last_step
+    boundary = min(export.live_start if export.live_start is not None else exported_hi, exported_hi, remote_last + 1)
+    usable = [(p, f) for p, f in got if f.num_rows and f.file_hi > start and f.file_lo < boundary]
+    for path, footer in got:
+        if (path, footer) not in usable:
+            path.unlink(missing_ok=True)   # wholly below the watermark or past the live boundary
+    spans, lo = [], start
+    for i, (path, footer) in enumerate(usable):   # part i is used for [previous hi, next part's first step)
+        hi = max(lo, usable[i + 1][1].file_lo if i + 1 < len(usable) else boundary)
+        spans.append((path, lo, hi))
+        lo = hi
+    added = 0
+    with ThreadPoolExecutor(max_workers=1) as pool:   # the next part's facts decode while this one commits
+        pending = pool.submit(parts.facts, *spans[0]) if spans else None
+        for i, (path, _, hi) in enumerate(spans):
+            part = pending.result()
+            pending = pool.submit(parts.facts, *spans[i + 1]) if i + 1 < len(spans) else None
+            with store.transaction() as con:
+                parts.register(con, run_pk, path, part)
+                if part.last_step is not None:
+                    runs.raise_last_step(con, run_pk, part.last_step)
+                state.set_history_mark(con, run.uid, hi)
+            if part.last_step is not None:
+                last_step = max(last_step if last_step is not None else -1, part.last_step)
+            added += sum(part.keys.column("n_values").to_pylist())
+            tick(hi)
+    return max(start, spans[-1][2] if spans else start), added, last_step
+
+
+def _footer(path: Path) -> parts.Footer:
+    try:
+        return parts.read_footer(path)
+    except ValueError as exc:
+        raise RuntimeFailure(f"W&B's history export could not be read: {exc}",
+                             "run the same `marinctl sync` again: the part is downloaded afresh") from None
+
+
+def _sync_windows(store: Store, fetch, run: RunInfo, run_pk: int, start: int, remote_last: int,
+                  last_step: int | None, tick: Callable[[int], None]) -> int:
+    """History windows [start, remote_last] into the long table, one window fetched ahead,
+    committed with the watermark every ~COMMIT_VALUES values (sooner while waiting on W&B)."""
+    added = 0
+    pending: list = []
+    pending_lo = start
     with ThreadPoolExecutor(max_workers=1) as pool:
         lo = start
         hi = min(lo + WINDOW, remote_last + 1)
@@ -142,43 +212,49 @@ def sync_run(store: Store, client: WandbClient, run: RunInfo, *, progress: Progr
             next_window = int(min(10_000, max(100, TARGET_VALUES_PER_PAGE / per_step)))
             nlo, nhi = hi, min(hi + next_window, remote_last + 1)
             future = pool.submit(fetch, nlo, nhi) if nlo <= remote_last else None
-            with store.transaction() as con:
-                result.rows_added += metrics.replace_range(con, run_pk, batch, lo, hi, existing_last_step=last_step)
-                if batch.num_rows:
-                    runs.raise_last_step(con, run_pk, max_step(batch))
-                state.set_history_mark(con, run.uid, hi)
-            if batch.num_rows:
-                last_step = max(last_step if last_step is not None else -1, max_step(batch))
+            pending.append(batch)
+            # Commit every ~COMMIT_VALUES values, or sooner while the next window is still on
+            # its way: a commit made while waiting on the network costs no time.
+            if future is None or not future.done() or sum(b.num_rows for b in pending) >= COMMIT_VALUES:
+                table = pa.concat_tables(pending) if len(pending) > 1 else pending[0]
+                with store.transaction() as con:
+                    added += metrics.replace_range(con, run_pk, table, pending_lo, hi, existing_last_step=last_step)
+                    if table.num_rows:
+                        runs.raise_last_step(con, run_pk, max_step(table))
+                    state.set_history_mark(con, run.uid, hi)
+                if table.num_rows:
+                    last_step = max(last_step if last_step is not None else -1, max_step(table))
+                pending, pending_lo = [], hi
             tick(hi)
             lo, hi = nlo, nhi
-
-    with store.connect() as con:
-        result.first_step, result.last_step = metrics.step_range(con, [(run_pk, None, None)])
-    return result
+    return added
 
 
 def _history_of(client: WandbClient, run: RunInfo) -> Callable[[int, int], list[dict[str, Any]]]:
     return lambda lo, hi: client.history(run.entity, run.project, run.run_id, lo, hi)
 
 
-def _rewound_from(store: Store, fetch, run_pk: int, last_step: int, remote_last: int, floor: int) -> int | None:
+def _rewound_from(store: Store, client: WandbClient, run: RunInfo, run_pk: int, last_step: int, remote_last: int,
+                  floor: int) -> int | None:
     """The first step W&B rewrote since the last sync, or None when the stored history still holds.
 
-    Rewritten: `lastStep` went backwards, or the last stored step's `_timestamp` changed.
+    Rewritten: `lastStep` went backwards, or the last stored step's `_timestamp` changed. The
+    walk back compares `_timestamp` only (W&B's sampled history: two keys a row, not whole rows).
     """
+    def remote(lo: int, hi: int) -> dict[int, float]:
+        return client.timestamps(run.entity, run.project, run.run_id, lo, hi)
+
     if remote_last >= last_step:
-        rows = fetch(last_step, last_step + 1)
-        remote_ts = rows[0].get("_timestamp") if rows else None
         local_ts = _stored_timestamps(store, run_pk, last_step, last_step + 1).get(last_step)
-        if local_ts is None or _same(local_ts, remote_ts):
+        if local_ts is None or _same(local_ts, remote(last_step, last_step + 1).get(last_step)):
             return None
     # walk back window by window to the first step whose stored `_timestamp` differs
     hi = min(last_step, remote_last + WINDOW) + 1
     while hi > floor:
         lo = max(floor, hi - WINDOW)
-        remote = {int(r["_step"]): r.get("_timestamp") for r in fetch(lo, hi)}
+        theirs = remote(lo, hi)
         local = _stored_timestamps(store, run_pk, lo, hi)
-        diverged = [s for s in local if not _same(local[s], remote.get(s))]
+        diverged = [s for s in local if not _same(local[s], theirs.get(s))]
         if not diverged:
             return hi  # everything in this window agrees: the rewrite starts above it
         first = min(diverged)
