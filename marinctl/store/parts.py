@@ -99,24 +99,30 @@ def facts(path: Path, lo: int, hi: int) -> Facts:
     nf_steps: list[np.ndarray] = []
     nf_values: list[np.ndarray] = []
     for steps, keep, cols in pf.chunks(sorted(pf.keys), lo, hi):
-        for key, vals, valid in cols:
-            m = valid & keep
-            if not m.any():
-                continue
-            s, v = steps[m], vals[m]
-            fin = np.isfinite(v)
-            notnan = ~np.isnan(v)
-            row = [int(m.sum()), int(s.min()), int(s.max()), None, None, None, None,
-                   float(v[notnan].min()) if notnan.any() else float("nan")]
-            if fin.any():
-                sf, vf = s[fin], v[fin]
-                i, j = int(np.argmin(sf)), int(np.argmax(sf))
-                row[3:7] = [int(sf[i]), float(vf[i]), int(sf[j]), float(vf[j])]
-            if not fin.all():
-                nf_keys += [key] * int((~fin).sum())
-                nf_steps.append(s[~fin])
-                nf_values.append(v[~fin])
-            acc[key] = row if key not in acc else _merge(acc[key], row)
+        # one column group at a time as 2-D arrays (keys × rows, rows contiguous): no loop per value
+        names = [k for k, _, _ in cols]
+        vals = np.stack([v for _, v, _ in cols])
+        m = np.stack([ok for _, _, ok in cols]) & keep[None, :]
+        fin = m & np.isfinite(vals)
+        numbers = m & ~np.isnan(vals)
+        count = m.sum(axis=1)
+        any_fin = fin.any(axis=1)
+        low = np.where(numbers, vals, np.inf).min(axis=1)
+        first_any, last_any = _ends(m, steps)
+        first_fin, last_fin = _ends(fin, steps)
+        for j in np.nonzero(count)[0]:
+            row = [int(count[j]), int(steps[first_any[j]]), int(steps[last_any[j]]), None, None, None, None,
+                   float(low[j]) if numbers[j].any() else float("nan")]
+            if any_fin[j]:
+                row[3:7] = [int(steps[first_fin[j]]), float(vals[j, first_fin[j]]),
+                            int(steps[last_fin[j]]), float(vals[j, last_fin[j]])]
+            acc[names[j]] = row if names[j] not in acc else _merge(acc[names[j]], row)
+        bad = m & ~fin
+        bad_cols, bad_rows = np.nonzero(bad) if bad.any() else ((), ())
+        if len(bad_rows):
+            nf_keys += [names[j] for j in bad_cols]
+            nf_steps.append(steps[bad_rows])
+            nf_values.append(vals[bad_cols, bad_rows])
     with pf.lock:
         all_steps = pf.file.read(columns=["_step"]).column(0).to_numpy(zero_copy_only=False)
     names = sorted(acc)
@@ -129,6 +135,15 @@ def facts(path: Path, lo: int, hi: int) -> Facts:
                           "value": pa.array(np.concatenate(nf_values) if nf_values else [], pa.float64())})
     return Facts(lo, hi, footer.file_lo, footer.file_hi, footer.num_rows, os.path.getsize(path),
                  bool(len(all_steps) < 2 or np.all(np.diff(all_steps) > 0)), keys, nonfinite)
+
+
+def _ends(mask: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row index of the first and the last step each row of `mask` (keys × rows) marks."""
+    if len(steps) < 2 or np.all(steps[1:] >= steps[:-1]):   # rows in step order: first/last True
+        n = mask.shape[1]
+        return mask.argmax(axis=1), n - 1 - mask[:, ::-1].argmax(axis=1)
+    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    return np.where(mask, steps, big).argmin(axis=1), np.where(mask, steps, small).argmax(axis=1)
 
 
 def _merge(a: list, b: list) -> list:
