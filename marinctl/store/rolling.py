@@ -16,8 +16,10 @@ one query over the whole frame (tests/test_parts.py checks it).
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -46,17 +48,84 @@ class _Frame:
             self.con.unregister(name)
 
 
+class _ByKey:
+    """A frame's rows grouped by key in step order: one sort of row indices, no copy of the frame
+    (and no reference to it: a cached grouping must not keep a 400k-step frame alive)."""
+
+    def __init__(self, data: pa.Table):
+        col = data["key"]
+        names: dict[str, int] = {}
+        parts = []
+        for chunk in col.chunks:
+            if pa.types.is_dictionary(chunk.type):
+                local, idx = chunk.dictionary.to_pylist(), chunk.indices
+            else:
+                enc = pc.dictionary_encode(chunk)
+                local, idx = enc.dictionary.to_pylist(), enc.indices
+            remap = np.array([names.setdefault(k, len(names)) for k in local], np.int64)
+            parts.append(remap[idx.to_numpy(zero_copy_only=False)] if len(local) else np.empty(0, np.int64))
+        codes = np.concatenate(parts) if parts else np.empty(0, np.int64)
+        steps = data["step"].to_numpy()
+        self.order = np.lexsort((steps, codes))
+        ends = np.searchsorted(codes[self.order], np.arange(len(names) + 1), side="left")
+        self.span = {name: (int(ends[i]), int(ends[i + 1])) for name, i in names.items()}
+
+    def rows(self, data: pa.Table, key: str, keep: Callable[[pa.Table], Any] | None = None) -> pa.Table:
+        """One key's rows, filtered as the query filters them, in step order."""
+        a, b = self.span.get(key, (0, 0))
+        t = data.take(pa.array(self.order[a:b])) if b > a else data.schema.empty_table()
+        if keep is not None and t.num_rows:
+            t = t.filter(keep(t))
+        return t
+
+
+_LAST: list = [None, None]   # (weak reference to the frame, its grouping)
+
+
+def _forget(ref) -> None:
+    if _LAST[0] is ref:   # the frame is gone: so is its grouping
+        _LAST[:] = [None, None]
+
+
+def _by_key(data: pa.Table) -> _ByKey:
+    """The grouping of a frame, reused while the same frame comes back (the detectors run
+    several statistics over one frame)."""
+    ref, grouped = _LAST
+    if ref is None or ref() is not data:
+        grouped = _ByKey(data)
+        _LAST[:] = [weakref.ref(data, _forget), grouped]
+    return grouped
+
+
+def _batches(data: pa.Table, keys: Sequence[str], overlap: int,
+             keep: Callable[[pa.Table], Any] | None = None) -> Iterator[tuple[pa.Table, str]]:
+    """(rows, SQL condition selecting the rows to report) covering `keys`: small keys batched
+    together up to CHUNK_ROWS rows (reported whole), a large key cut by `_chunks`."""
+    grouped = _by_key(data)
+    batch: list[pa.Table] = []
+    size = 0
+    for key in keys:
+        rows = grouped.rows(data, key, keep)
+        if rows.num_rows > CHUNK_ROWS:
+            yield from _chunks(rows, overlap)
+            continue
+        if size + rows.num_rows > CHUNK_ROWS and batch:
+            yield pa.concat_tables(batch), "true"
+            batch, size = [], 0
+        if rows.num_rows:
+            batch.append(rows)
+            size += rows.num_rows
+    if batch:
+        yield pa.concat_tables(batch), "true"
+
+
 def _rows_of(data: pa.Table, key: str, keep: Callable[[pa.Table], Any] | None = None) -> pa.Table:
-    """One key's rows, filtered as the query filters them, in step order."""
-    t = data.filter(pc.equal(data["key"], key))
-    if keep is not None and t.num_rows:
-        t = t.filter(keep(t))
-    return t.sort_by("step")
+    return _by_key(data).rows(data, key, keep)
 
 
 def _chunks(rows: pa.Table, overlap: int, size: int | None = None) -> Iterator[tuple[pa.Table, str]]:
-    """(chunk, SQL condition on `step` selecting the chunk's own rows): each chunk carries the
-    `overlap` rows before it that its windows look back over."""
+    """(chunk, SQL condition on `step` selecting the chunk's own rows) over one key's rows in step
+    order: each chunk carries the `overlap` rows before it that its windows look back over."""
     size = size or CHUNK_ROWS
     n = rows.num_rows
     if n <= size + overlap:
@@ -186,17 +255,15 @@ def crossings(con: Connection, data: pa.Table, refs: dict[str, float], rel: floa
     `rel` away from its reference (after being within it), by step then deviation."""
     until, extra = _until(hi)
     out: list[tuple] = []
-    present = set(pc.unique(data["key"]).cast(pa.string()).to_pylist()) if data.num_rows else set()
-    for key in sorted(k for k in refs if k in present):
-        ref_tab = pa.table({"key": [key], "ref": [float(refs[key])]})
-        for chunk, own in _chunks(_rows_of(data, key), 1):
-            with _Frame(con, _det_data=chunk, _det_ref=ref_tab):
-                out += con.execute(f"""
-                    WITH x AS (SELECT d.key, d.step, d.value, r.ref, abs(d.value / r.ref - 1) AS dev FROM _det_data d JOIN _det_ref r USING (key)),
-                    w AS (SELECT *, lag(dev) OVER (PARTITION BY key ORDER BY step) AS prev_dev FROM x)
-                    SELECT key, step, value, ref, dev FROM w
-                    WHERE dev > {float(rel)} AND (prev_dev IS NULL OR prev_dev <= {float(rel)}) AND step >= ? {until} AND {own}
-                """, [lo, *extra]).fetchall()
+    ref_tab = pa.table({"key": list(refs), "ref": [float(v) for v in refs.values()]})
+    for chunk, own in _batches(data, sorted(refs), 1):
+        with _Frame(con, _det_data=chunk, _det_ref=ref_tab):
+            out += con.execute(f"""
+                WITH x AS (SELECT d.key, d.step, d.value, r.ref, abs(d.value / r.ref - 1) AS dev FROM _det_data d JOIN _det_ref r USING (key)),
+                w AS (SELECT *, lag(dev) OVER (PARTITION BY key ORDER BY step) AS prev_dev FROM x)
+                SELECT key, step, value, ref, dev FROM w
+                WHERE dev > {float(rel)} AND (prev_dev IS NULL OR prev_dev <= {float(rel)}) AND step >= ? {until} AND {own}
+            """, [lo, *extra]).fetchall()
     return sorted(out, key=lambda r: (r[1], -r[4] if r[4] == r[4] else float("-inf")))
 
 
