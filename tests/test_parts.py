@@ -262,3 +262,45 @@ def test_bounded_windows_give_what_one_query_gives(store, monkeypatch):
     whole, chunked = found(10 ** 9), found(97)
     assert whole == chunked
     assert {(s, k) for s, _, k, _ in whole} >= {(700, "spike"), (2600, "co_spike")}
+
+
+def test_crossings_walk_batches_as_one_frame():
+    """store/rolling.crossings walks a frame one record batch (one part) at a time, carrying each
+    key's last deviation; frames whose batches are out of step order are sorted whole. Both must
+    give what a plain per-key walk in step order gives, NaN/±Inf and a zero reference included."""
+    from marinctl.store import rolling
+
+    rng = np.random.default_rng(7)
+    rows = []
+    for i in range(5):
+        steps = np.sort(rng.choice(4000, 400, replace=False))
+        values = 1 + rng.normal(0, 0.02, len(steps))
+        values[rng.choice(len(steps), 6, replace=False)] = [math.nan, math.inf, -math.inf, 0.0, math.nan, 1.0]
+        rows += [(f"leaf{i}", int(s), float(v)) for s, v in zip(steps, values)]
+    refs = {"leaf0": 1.0, "leaf1": 1.01, "leaf2": 0.0, "leaf3": 0.99}   # leaf4 has no reference
+
+    def walk(lo, hi):   # the reference: each key's rows in step order, lag of the deviation
+        out = []
+        for key, ref in refs.items():
+            prev = None
+            for _, s, v in sorted(r for r in rows if r[0] == key):
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    dev = float(np.abs(np.float64(v) / ref - 1.0))
+                if (dev > 0.01 or math.isnan(dev)) and (prev is None or prev <= 0.01) and lo <= s < hi:
+                    out.append((key, s, v, ref, dev))
+                prev = dev
+        return sorted(out, key=lambda r: (r[1], -r[4] if r[4] == r[4] else float("-inf")))
+
+    def frame(ordered: bool) -> pa.Table:
+        got = sorted(rows, key=lambda r: r[1]) if ordered else [rows[i] for i in rng.permutation(len(rows))]
+        t = pa.table({"key": [r[0] for r in got], "step": [r[1] for r in got], "value": [r[2] for r in got]})
+        return pa.concat_tables([t.slice(0, 700), t.slice(700, 600), t.slice(1300)])   # three batches
+
+    def same(a, b):
+        return len(a) == len(b) and all(x[:2] == y[:2] and x[3] == y[3] and all(
+            u == w or (math.isnan(u) and math.isnan(w)) for u, w in ((x[2], y[2]), (x[4], y[4]))) for x, y in zip(a, b))
+
+    for ordered in (True, False):
+        for lo, hi in ((0, None), (1500, 3000)):
+            want = walk(lo, hi if hi is not None else 10 ** 9)
+            assert want and same(rolling.crossings(None, frame(ordered), refs, 0.01, lo, hi), want), (ordered, lo, hi)

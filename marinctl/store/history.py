@@ -35,8 +35,9 @@ def frame(con: Connection, segments: Sequence[Segment], keys: Sequence[str], lo:
     def as_frame(t: pa.Table) -> pa.Table:
         kid = t.column("key_id").to_numpy()
         codes = index[np.searchsorted(order, kid)]
+        # one record batch per piece (a part, the long rows): a frame's batches come in step order
         return pa.table([pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), dictionary),
-                         t.column("step"), t.column("value")], schema=_EMPTY)
+                         t.column("step").combine_chunks(), t.column("value").combine_chunks()], schema=_EMPTY)
 
     out = [as_frame(scan.part_rows(p, names, ids)) for p in scan.pieces(con, segments, lo, hi)]
     tail = con.sql(f"SELECT run_pk::INTEGER AS run_pk, key_id::INTEGER AS key_id, step, value FROM metrics"

@@ -53,17 +53,12 @@ class _ByKey:
     (and no reference to it: a cached grouping must not keep a 400k-step frame alive)."""
 
     def __init__(self, data: pa.Table):
-        col = data["key"]
         names: dict[str, int] = {}
         parts = []
-        for chunk in col.chunks:
-            if pa.types.is_dictionary(chunk.type):
-                local, idx = chunk.dictionary.to_pylist(), chunk.indices
-            else:
-                enc = pc.dictionary_encode(chunk)
-                local, idx = enc.dictionary.to_pylist(), enc.indices
+        for chunk in data["key"].chunks:
+            local, idx = _codes(chunk)
             remap = np.array([names.setdefault(k, len(names)) for k in local], np.int64)
-            parts.append(remap[idx.to_numpy(zero_copy_only=False)] if len(local) else np.empty(0, np.int64))
+            parts.append(remap[idx] if len(local) else np.empty(0, np.int64))
         codes = np.concatenate(parts) if parts else np.empty(0, np.int64)
         steps = data["step"].to_numpy()
         self.order = np.lexsort((steps, codes))
@@ -77,6 +72,12 @@ class _ByKey:
         if keep is not None and t.num_rows:
             t = t.filter(keep(t))
         return t
+
+
+def _codes(chunk: pa.Array) -> tuple[list[str], np.ndarray]:
+    """(key names, each row's index into them) of one chunk of a frame's key column."""
+    enc = chunk if pa.types.is_dictionary(chunk.type) else pc.dictionary_encode(chunk)
+    return enc.dictionary.to_pylist(), enc.indices.to_numpy(zero_copy_only=False)
 
 
 _LAST: list = [None, None]   # (weak reference to the frame, its grouping)
@@ -95,28 +96,6 @@ def _by_key(data: pa.Table) -> _ByKey:
         grouped = _ByKey(data)
         _LAST[:] = [weakref.ref(data, _forget), grouped]
     return grouped
-
-
-def _batches(data: pa.Table, keys: Sequence[str], overlap: int,
-             keep: Callable[[pa.Table], Any] | None = None) -> Iterator[tuple[pa.Table, str]]:
-    """(rows, SQL condition selecting the rows to report) covering `keys`: small keys batched
-    together up to CHUNK_ROWS rows (reported whole), a large key cut by `_chunks`."""
-    grouped = _by_key(data)
-    batch: list[pa.Table] = []
-    size = 0
-    for key in keys:
-        rows = grouped.rows(data, key, keep)
-        if rows.num_rows > CHUNK_ROWS:
-            yield from _chunks(rows, overlap)
-            continue
-        if size + rows.num_rows > CHUNK_ROWS and batch:
-            yield pa.concat_tables(batch), "true"
-            batch, size = [], 0
-        if rows.num_rows:
-            batch.append(rows)
-            size += rows.num_rows
-    if batch:
-        yield pa.concat_tables(batch), "true"
 
 
 def _rows_of(data: pa.Table, key: str, keep: Callable[[pa.Table], Any] | None = None) -> pa.Table:
@@ -252,19 +231,59 @@ def gaps(con: Connection, data: pa.Table, key: str, *, window: int, factor: floa
 def crossings(con: Connection, data: pa.Table, refs: dict[str, float], rel: float,
               lo: int, hi: int | None) -> list[tuple[str, int, float, float, float]]:
     """(key, step, value, reference, |value/reference − 1|) where a key first moves more than
-    `rel` away from its reference (after being within it), by step then deviation."""
-    until, extra = _until(hi)
-    out: list[tuple] = []
-    ref_tab = pa.table({"key": list(refs), "ref": [float(v) for v in refs.values()]})
-    for chunk, own in _batches(data, sorted(refs), 1):
-        with _Frame(con, _det_data=chunk, _det_ref=ref_tab):
-            out += con.execute(f"""
-                WITH x AS (SELECT d.key, d.step, d.value, r.ref, abs(d.value / r.ref - 1) AS dev FROM _det_data d JOIN _det_ref r USING (key)),
-                w AS (SELECT *, lag(dev) OVER (PARTITION BY key ORDER BY step) AS prev_dev FROM x)
-                SELECT key, step, value, ref, dev FROM w
-                WHERE dev > {float(rel)} AND (prev_dev IS NULL OR prev_dev <= {float(rel)}) AND step >= ? {until} AND {own}
-            """, [lo, *extra]).fetchall()
+    `rel` away from its reference (after being within it), by step then deviation.
+
+    A lag, not a windowed median, so NumPy computes it with DuckDB's comparison rules (a NaN
+    deviation counts as above `rel`, and as not within it). Memory: a frame of every hyperball
+    leaf is the largest one detection reads (8.8M rows at 400k steps), so it is walked one
+    record batch at a time (a part, the long rows), each key's last deviation carried to the
+    next batch; only a frame whose batches are not in step order is sorted whole.
+    """
+    del con   # same signature as the windowed statistics; nothing here needs SQL
+    top = np.inf if hi is None else hi
+    carry: dict[str, tuple[int, float]] = {}   # key → (last step seen, its deviation)
+    try:
+        out: list[tuple] = []
+        for batch in data.to_batches():
+            out += _crossings_of(batch, refs, rel, lo, top, carry)
+    except _OutOfOrder:   # one batch of the whole frame (a copy), sorted whole
+        whole = data.unify_dictionaries().combine_chunks().to_batches()
+        out = _crossings_of(whole[0], refs, rel, lo, top, {}) if whole else []
     return sorted(out, key=lambda r: (r[1], -r[4] if r[4] == r[4] else float("-inf")))
+
+
+class _OutOfOrder(Exception):
+    """A key's rows in a later batch start at or before where its earlier rows ended."""
+
+
+def _crossings_of(batch: pa.RecordBatch, refs: dict[str, float], rel: float, lo: int, top: float,
+                  carry: dict[str, tuple[int, float]]) -> list[tuple]:
+    """Crossings among one batch's rows, given what `carry` holds of earlier batches (updated)."""
+    if not batch.num_rows:
+        return []
+    names, idx = _codes(batch.column(batch.schema.get_field_index("key")))
+    ref = np.array([refs.get(n, np.nan) for n in names], float)
+    rows = np.nonzero(np.array([n in refs for n in names], bool)[idx])[0]
+    if not len(rows):
+        return []
+    codes = idx[rows]
+    steps = batch.column(batch.schema.get_field_index("step")).to_numpy(zero_copy_only=False)[rows]
+    values = batch.column(batch.schema.get_field_index("value")).to_numpy(zero_copy_only=False)[rows]
+    order = np.lexsort((steps, codes))
+    c, s, v = codes[order], steps[order], values[order]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        dev = np.abs(v / ref[c] - 1.0)
+    heads = np.nonzero(np.concatenate(([True], c[1:] != c[:-1])))[0]
+    within = np.concatenate(([True], dev[:-1] <= rel))
+    for h in heads:   # a key's first row here: within as its previous row was (none: yes)
+        before = carry.get(names[c[h]])
+        if before is not None and s[h] <= before[0]:
+            raise _OutOfOrder
+        within[h] = before is None or before[1] <= rel
+    hit = np.nonzero(((dev > rel) | np.isnan(dev)) & within & (s >= lo) & (s < top))[0]
+    for h, t in zip(heads, np.concatenate((heads[1:], [len(c)])) - 1):
+        carry[names[c[h]]] = (int(s[t]), float(dev[t]))
+    return [(names[c[i]], int(s[i]), float(v[i]), float(ref[c[i]]), float(dev[i])) for i in hit]
 
 
 def log_change_z(con: Connection, data: pa.Table, key: str, *, window: int, min_points: int, min_change: float,
