@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +88,13 @@ class Facts:
     def last_step(self) -> int | None:
         col = self.keys.column("last_step")
         return None if not len(col) else int(max(col.to_pylist()))
+
+    def used_for(self, lo: int, hi: int) -> "Facts | None":
+        """These facts for the same file used for [lo, hi), when that range holds all of the
+        file's rows these facts cover (None: compute them for [lo, hi))."""
+        if lo <= self.lo and self.hi <= hi and self.lo <= self.file_lo and self.file_hi <= self.hi:
+            return replace(self, lo=lo, hi=hi)
+        return None
 
 
 def facts(path: Path, lo: int, hi: int) -> Facts:

@@ -22,7 +22,8 @@ watermark back to its first step the same way. Fork children are stored only fro
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
+import queue
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -41,6 +42,7 @@ TARGET_VALUES_PER_PAGE = 200_000
 COMMIT_VALUES = 1_000_000  # at most this many window values wait for a transaction (one file open + commit each)
 PARQUET_MIN_STEPS = 5_000  # below this, a few JSON windows cost less than asking for exports
 WINDOW = 1000              # steps per window when walking back to a rewind
+WINDOWS_AHEAD = 8          # history windows fetched ahead of the commits (~200k values each)
 
 
 @dataclass
@@ -130,29 +132,50 @@ def sync_run(store: Store, client: WandbClient, run: RunInfo, *, progress: Progr
         if progress:
             progress(run.run_id, next_step - (remote_last + 1 - total), total)
 
-    # Bulk: the parquet export's parts, kept as they are; far cheaper than JSON windows.
-    if use_parquet and remote_last - start >= PARQUET_MIN_STEPS:
-        start, added, last_step = _sync_parts(store, client, run, run_pk, start, remote_last, last_step, tick)
-        result.rows_added += added
-
-    # Live tail and anything not exported: history windows, fetched one ahead.
-    result.rows_added += _sync_windows(store, fetch, run, run_pk, start, remote_last, last_step, tick)
+    feed: _Windows | None = None
+    try:
+        # Bulk: the parquet export's parts, kept as they are; far cheaper than JSON windows.
+        if use_parquet and remote_last - start >= PARQUET_MIN_STEPS:
+            export = wandb_parquet.describe(client, run)
+            if export.urls and export.live_start is not None and start < export.live_start <= remote_last:
+                feed = _Windows(fetch, export.live_start, remote_last)   # the live tail arrives meanwhile
+            start, added, last_step = _sync_parts(store, client, run, run_pk, export, start, remote_last,
+                                                  last_step, tick)
+            result.rows_added += added
+        # Live tail and anything not exported: history windows, fetched ahead.
+        if feed is None or feed.start != start:
+            if feed is not None:
+                feed.close()
+            feed = _Windows(fetch, start, remote_last)
+        result.rows_added += _sync_windows(store, feed, run, run_pk, start, last_step, tick)
+    finally:
+        if feed is not None:
+            feed.close()
 
     with store.connect() as con:
         result.first_step, result.last_step = metrics.step_range(con, [(run_pk, None, None)])
     return result
 
 
-def _sync_parts(store: Store, client: WandbClient, run: RunInfo, run_pk: int, start: int, remote_last: int,
-                last_step: int | None, tick: Callable[[int], None]) -> tuple[int, int, int | None]:
+def _sync_parts(store: Store, client: WandbClient, run: RunInfo, run_pk: int, export: wandb_parquet.Export,
+                start: int, remote_last: int, last_step: int | None,
+                tick: Callable[[int], None]) -> tuple[int, int, int | None]:
     """Download the run's export and register its parts from `start` on, each in one transaction
     with the watermark. Returns (first step not covered, values registered, last stored step)."""
-    export = wandb_parquet.describe(client, run)
     if not export.urls or (export.live_start is not None and export.live_start <= start):
         return start, 0, last_step
     root = parts.root_for(store.path)
-    got = wandb_parquet.download_all(client, export.urls, lambda: parts.new_file(root, run.uid),
-                                     lambda path: (path, _footer(path)))
+
+    def arrived(path: Path) -> tuple[Path, parts.Footer, parts.Facts | None]:
+        """In the download thread: the footer, and the facts of the whole file when any of it is
+        needed (decoding one part overlaps the next part's download)."""
+        footer = _footer(path)
+        whole = parts.facts(path, footer.file_lo, footer.file_hi) if footer.num_rows and footer.file_hi > start else None
+        return path, footer, whole
+
+    got = wandb_parquet.download_all(client, export.urls, lambda: parts.new_file(root, run.uid), arrived)
+    whole_facts = {path: whole for path, _, whole in got}
+    got = [(path, footer) for path, footer, _ in got]
     got.sort(key=lambda g: g[1].file_lo)   # partitions in step order (their URL order is not stable)
     exported_hi = max((f.file_hi for _, f in got if f.num_rows), default=None)
     if exported_hi is None:
@@ -170,20 +193,20 @@ def _sync_parts(store: Store, client: WandbClient, run: RunInfo, run_pk: int, st
         spans.append((path, lo, hi))
         lo = hi
     added = 0
-    with ThreadPoolExecutor(max_workers=1) as pool:   # the next part's facts decode while this one commits
-        pending = pool.submit(parts.facts, *spans[0]) if spans else None
-        for i, (path, _, hi) in enumerate(spans):
-            part = pending.result()
-            pending = pool.submit(parts.facts, *spans[i + 1]) if i + 1 < len(spans) else None
-            with store.transaction() as con:
-                parts.register(con, run_pk, path, part)
-                if part.last_step is not None:
-                    runs.raise_last_step(con, run_pk, part.last_step)
-                state.set_history_mark(con, run.uid, hi)
+    for path, lo, hi in spans:
+        whole = whole_facts.get(path)
+        # facts of the whole file serve when the part is used for all of it (the usual case)
+        part = whole.used_for(lo, hi) if whole is not None else None
+        part = part or parts.facts(path, lo, hi)
+        with store.transaction() as con:
+            parts.register(con, run_pk, path, part)
             if part.last_step is not None:
-                last_step = max(last_step if last_step is not None else -1, part.last_step)
-            added += sum(part.keys.column("n_values").to_pylist())
-            tick(hi)
+                runs.raise_last_step(con, run_pk, part.last_step)
+            state.set_history_mark(con, run.uid, hi)
+        if part.last_step is not None:
+            last_step = max(last_step if last_step is not None else -1, part.last_step)
+        added += sum(part.keys.column("n_values").to_pylist())
+        tick(hi)
     return max(start, spans[-1][2] if spans else start), added, last_step
 
 
@@ -195,39 +218,86 @@ def _footer(path: Path) -> parts.Footer:
                              "run the same `marinctl sync` again: the part is downloaded afresh") from None
 
 
-def _sync_windows(store: Store, fetch, run: RunInfo, run_pk: int, start: int, remote_last: int,
+def _sync_windows(store: Store, feed: "_Windows", run: RunInfo, run_pk: int, start: int,
                   last_step: int | None, tick: Callable[[int], None]) -> int:
-    """History windows [start, remote_last] into the long table, one window fetched ahead,
-    committed with the watermark every ~COMMIT_VALUES values (sooner while waiting on W&B)."""
+    """History windows from `start` into the long table, committed with the watermark every
+    ~COMMIT_VALUES values (sooner while the next window is not there yet: a commit made while
+    waiting on W&B costs no time)."""
     added = 0
-    pending: list = []
+    pending: list[pa.Table] = []
     pending_lo = start
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        lo = start
-        hi = min(lo + WINDOW, remote_last + 1)
-        future = pool.submit(fetch, lo, hi) if lo <= remote_last else None
-        while future is not None:
-            batch = batch_from_rows(future.result())
-            per_step = max(1.0, batch.num_rows / max(1, hi - lo))
-            next_window = int(min(10_000, max(100, TARGET_VALUES_PER_PAGE / per_step)))
-            nlo, nhi = hi, min(hi + next_window, remote_last + 1)
-            future = pool.submit(fetch, nlo, nhi) if nlo <= remote_last else None
-            pending.append(batch)
-            # Commit every ~COMMIT_VALUES values, or sooner while the next window is still on
-            # its way: a commit made while waiting on the network costs no time.
-            if future is None or not future.done() or sum(b.num_rows for b in pending) >= COMMIT_VALUES:
-                table = pa.concat_tables(pending) if len(pending) > 1 else pending[0]
-                with store.transaction() as con:
-                    added += metrics.replace_range(con, run_pk, table, pending_lo, hi, existing_last_step=last_step)
-                    if table.num_rows:
-                        runs.raise_last_step(con, run_pk, max_step(table))
-                    state.set_history_mark(con, run.uid, hi)
+    for hi, batch, more in feed:
+        pending.append(batch)
+        if not more or sum(b.num_rows for b in pending) >= COMMIT_VALUES:
+            table = pa.concat_tables(pending) if len(pending) > 1 else pending[0]
+            with store.transaction() as con:
+                added += metrics.replace_range(con, run_pk, table, pending_lo, hi, existing_last_step=last_step)
                 if table.num_rows:
-                    last_step = max(last_step if last_step is not None else -1, max_step(table))
-                pending, pending_lo = [], hi
-            tick(hi)
-            lo, hi = nlo, nhi
+                    runs.raise_last_step(con, run_pk, max_step(table))
+                state.set_history_mark(con, run.uid, hi)
+            if table.num_rows:
+                last_step = max(last_step if last_step is not None else -1, max_step(table))
+            pending, pending_lo = [], hi
+        tick(hi)
     return added
+
+
+_END = object()   # the last window was handed over
+
+
+class _Windows:
+    """History windows [start, remote_last] fetched ahead by a worker thread, decoded into Arrow
+    batches there, at most WINDOWS_AHEAD of them waiting. Started before the parts download, it
+    brings the live tail in meanwhile; nothing is stored until the caller commits it in order."""
+
+    def __init__(self, fetch: Callable[[int, int], list[dict[str, Any]]], start: int, remote_last: int):
+        self.start = start
+        self._queue: queue.Queue = queue.Queue(maxsize=WINDOWS_AHEAD)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._fetch_all, args=(fetch, start, remote_last),
+                                        name="wandb-windows", daemon=True)
+        self._thread.start()
+
+    def _fetch_all(self, fetch, lo: int, remote_last: int) -> None:
+        hi = min(lo + WINDOW, remote_last + 1)
+        try:
+            while lo <= remote_last and not self._stop.is_set():
+                batch = batch_from_rows(fetch(lo, hi))
+                per_step = max(1.0, batch.num_rows / max(1, hi - lo))
+                size = int(min(10_000, max(100, TARGET_VALUES_PER_PAGE / per_step)))
+                if not self._put((hi, batch)):
+                    return
+                lo, hi = hi, min(hi + size, remote_last + 1)
+        except BaseException as exc:  # noqa: BLE001 — handed to the consuming thread, raised there
+            self._put(exc)
+            return
+        self._put(_END)
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self):
+        """(window end, batch, whether the next window is already here), in step order."""
+        item = self._queue.get()
+        while item is not _END:
+            if isinstance(item, BaseException):
+                raise item
+            try:
+                nxt = self._queue.get_nowait()
+            except queue.Empty:
+                nxt = None
+            yield (*item, isinstance(nxt, tuple))
+            item = nxt if nxt is not None else self._queue.get()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
 
 
 def _history_of(client: WandbClient, run: RunInfo) -> Callable[[int, int], list[dict[str, Any]]]:
