@@ -140,8 +140,12 @@ def facts(path: Path, lo: int, hi: int) -> Facts:
     nonfinite = pa.table({"key": pa.array(nf_keys, pa.string()),
                           "step": pa.array(np.concatenate(nf_steps) if nf_steps else [], pa.int64()),
                           "value": pa.array(np.concatenate(nf_values) if nf_values else [], pa.float64())})
-    return Facts(lo, hi, footer.file_lo, footer.file_hi, footer.num_rows, os.path.getsize(path),
-                 bool(len(all_steps) < 2 or np.all(np.diff(all_steps) > 0)), keys, nonfinite)
+    out = Facts(lo, hi, footer.file_lo, footer.file_hi, footer.num_rows, os.path.getsize(path),
+                bool(len(all_steps) < 2 or np.all(np.diff(all_steps) > 0)), keys, nonfinite)
+    # Arrow's allocator keeps the pages a whole part was decoded into (~300 MiB for two parts at
+    # once) unless asked: hand them back before detection reads its frames
+    pa.default_memory_pool().release_unused()
+    return out
 
 
 def _ends(mask: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
