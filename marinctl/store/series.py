@@ -149,5 +149,5 @@ def moved_from_baseline(con: duckdb.DuckDBPyConnection, segments: Sequence[Segme
                    0.6745 * (cur.v - base.med) / greatest(base.dev, abs(base.med) * 1e-6, 1e-12) AS z
             FROM cur JOIN base USING (key_id) JOIN metric_keys k USING (key_id)
             WHERE base.n >= ?
-            ORDER BY abs(z) DESC
+            ORDER BY abs(z) DESC, k.key
         """, [step - recent, min_points]).fetchall()
