@@ -140,14 +140,21 @@ class PartFile:
                 keep &= steps >= a
             if b is not None:
                 keep &= steps < b
-            if not keep.any():
+            inside = np.flatnonzero(keep)
+            if not len(inside):
                 continue
+            # only the rows from the first to the last one in range are converted (a window of a
+            # few hundred steps out of a 50k-row group: the decode is whole, the rest is not)
+            i0, i1 = int(inside[0]), int(inside[-1]) + 1
+            steps, keep = steps[i0:i1], keep[i0:i1]
             per = max(1, max_values // rows)
             for i in range(0, len(wanted), per):
                 group = wanted[i:i + per]
                 tops = list(dict.fromkeys(self.keys[k][0] for k in group))
                 with self.lock:
                     table = self.file.read_row_group(g, columns=tops, use_threads=True)
+                if i1 - i0 < table.num_rows:
+                    table = table.slice(i0, i1 - i0)
                 yield steps, keep, [(k, *values(table, self.keys[k])) for k in group]
 
 
