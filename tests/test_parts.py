@@ -304,3 +304,79 @@ def test_crossings_walk_batches_as_one_frame():
         for lo, hi in ((0, None), (1500, 3000)):
             want = walk(lo, hi if hi is not None else 10 ** 9)
             assert want and same(rolling.crossings(None, frame(ordered), refs, 0.01, lo, hi), want), (ordered, lo, hi)
+
+
+def _load_as_parts(store, runs, work: Path, *, tail: int = 40, per_file: int = 150) -> dict[str, int]:
+    """tests/fakes/load.py's `load_into_store`, but each run's history except its last `tail`
+    steps is kept as parquet parts (written as the W&B fake exports them), as a sync stores it."""
+    import shutil
+
+    from marinctl.store import metrics as M
+    from marinctl.store import parts
+    from marinctl.store import runs as runs_mod
+    from tests.fakes.load import long_table, run_info
+    from tests.fakes.wandb_history import HistoryView
+
+    view, root, pks = HistoryView({r.run_id: r for r in runs}), parts.root_for(store.path), {}
+    for run in runs:
+        with store.transaction() as con:
+            pks[run.run_id] = pk = runs_mod.upsert_run(con, run_info(run))
+        first, last = int(run.steps()[0]), int(run.steps()[-1])
+        cut = max(first, last + 1 - tail)
+        # a fork child's export also holds the parent's rows before the fork: used from `first` on
+        files = [(f, parts.read_footer(f)) for f in view.write_parquet(run, cut, work / run.run_id, per_file)]
+        files = [(f, footer) for f, footer in files if footer.num_rows and footer.file_hi > first]
+        lo = first
+        for i, (f, _) in enumerate(files):
+            dest = parts.new_file(root, run_info(run).uid)
+            shutil.copy(f, dest)
+            hi = max(lo, files[i + 1][1].file_lo if i + 1 < len(files) else cut)
+            with store.transaction() as con:
+                part = parts.facts(dest, lo, hi)
+                parts.register(con, pk, dest, part)
+                runs_mod.raise_last_step(con, pk, part.last_step)
+            lo = hi
+        with store.transaction() as con:
+            M.replace_range(con, pk, long_table(run, cut, last + 1), cut, last + 1)
+            runs_mod.raise_last_step(con, pk, last)
+    return pks
+
+
+def test_lineage_and_ladder_read_the_same_from_parts(cli, tmp_path):
+    """The watch fixture's SYNTHETIC hero fork chain and ladder rungs, stored once as long rows and
+    once as parts + a long tail: `ladder`, `show`, `plot` and `export` of the stitched leaf, and
+    `watch`'s screen, must not tell them apart."""
+    import asyncio
+
+    from marinctl.store import Store
+    from tests.fakes.load import load_into_store
+    from tests.fakes.synth import hero_lineage, ladder_runs
+    from tests.watch_pilot import open_watch, run_test, settle
+
+    runs = hero_lineage(200) + ladder_runs(200)
+    homes = {"long": tmp_path / "long", "parts": tmp_path / "parts"}
+    load_into_store(Store(homes["long"] / "marinctl.duckdb"), runs)
+    _load_as_parts(Store(homes["parts"] / "marinctl.duckdb"), runs, tmp_path / "export")
+    leaf = runs[len(hero_lineage(200)) - 1].run_id
+    assert _sql(cli, homes["parts"], "SELECT count(DISTINCT run_pk) FROM history_parts")[0][0] == str(len(runs))
+
+    def both(*args: str) -> tuple[str, str]:
+        return tuple(run_cli(cli, "--home", str(homes[h]), *args)[1] for h in ("long", "parts"))
+
+    a, b = both("ladder", "--pin", "1.6", "--json")
+    assert a == b and len(json.loads(a)["rungs"]) == 4
+    a, b = both("show", leaf, "--json")
+    assert a == b
+    a, b = both("plot", "train/loss", "--run", leaf, "--width", "100", "--height", "18")
+    assert a == b and a.strip()
+    a, b = both("export", leaf, "--keys", "train/loss,grad/norm/total,optim/learning_rate")
+    assert a == b and len(_rows(a)) == 3 * (800 - 601)   # the leaf's own steps
+
+    async def watch_screen(home: Path) -> str:
+        app = open_watch(home / "marinctl.duckdb", leaf)
+        async with run_test(app) as pilot:
+            text = await settle(pilot)
+        return "\n".join(text.splitlines()[1:])   # the header's first line carries the sync clock
+
+    long_screen, parts_screen = (asyncio.run(watch_screen(homes[h])) for h in ("long", "parts"))
+    assert long_screen == parts_screen and "train/loss" in long_screen
