@@ -35,7 +35,7 @@ import torch  # noqa: E402
 
 from repro import recipe  # noqa: E402
 from repro.accounting import flops_per_token  # noqa: E402
-from repro.machine import compute_dtype, measure_matmul_peak  # noqa: E402
+from repro.machine import compute_dtype, keep_freed_memory, measure_matmul_peak  # noqa: E402
 from repro.model import MoEDecoder  # noqa: E402
 from repro.optim import Optimizers  # noqa: E402
 
@@ -107,6 +107,7 @@ def main() -> None:
     ap.add_argument("--hf", default="eager,grouped_mm",
                     help="HF experts implementations to run (batched_mm gathers one weight copy per assignment: GBs here)")
     args = ap.parse_args()
+    keep_freed_memory()  # what the trainer does at start-up; process-wide, so the baseline gets it too
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = recipe.cpu_proxy(recipe.true_config(args.rung), batch_size=args.batch)

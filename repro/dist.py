@@ -71,7 +71,7 @@ def is_row_sharded(p: torch.Tensor) -> bool:
 
 def gather_rows(local_t: torch.Tensor, full_rows: int) -> torch.Tensor:
     """The full (rows, cols) matrix from each rank's row block (torch.chunk layout, as FSDP2 shards)."""
-    world, rank = tdist.get_world_size(), tdist.get_rank()
+    world = tdist.get_world_size()
     chunk = -(-full_rows // world)
     padded = local_t.new_zeros(chunk, *local_t.shape[1:])
     padded[: local_t.shape[0]] = local_t

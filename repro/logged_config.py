@@ -15,7 +15,7 @@ from: `read` (the logged key) or `defaulted` (the hero recipe's value, because t
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Any
 
 from repro.errors import UsageError
@@ -260,6 +260,3 @@ def _check(model: ModelConfig, run: str) -> None:
     if problems:
         raise UsageError(f"{run}: its logged model cannot be built: {'; '.join(problems)}",
                          "check the config with: marinctl show RUN --json")
-
-
-MODEL_FIELDS = {f.name for f in fields(ModelConfig)}

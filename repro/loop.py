@@ -52,10 +52,11 @@ def phase_at(step: int, cfg: TrainConfig) -> int:
 
 
 def train(cfg: TrainConfig, corpus: Corpus, *, seed: int = 0, device: str = "cpu", compute_dtype: str = "float32",
-          ranks: dist.Ranks = dist.Ranks(), log: Callable[[dict[str, Any], int], None] | None = None,
+          ranks: dist.Ranks | None = None, log: Callable[[dict[str, Any], int], None] | None = None,
           on_step: Callable[[StepReport], None] | None = None, peak: Peak | None = None,
           stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """Run `cfg.steps` steps; rank 0's `log(metrics, step)` receives every W&B row. Returns the summary."""
+    ranks = ranks or dist.Ranks()
     if cfg.batch_size % ranks.world:
         raise ValueError(f"global batch {cfg.batch_size} does not split over {ranks.world} ranks")
     gen = seed_everything(seed)
@@ -99,6 +100,8 @@ def train(cfg: TrainConfig, corpus: Corpus, *, seed: int = 0, device: str = "cpu
         loss_sum = ce_sum = z_sum = torch.zeros((), device=device)
         router = None
         for i in range(n_micro):
+            if ranks.world > 1:  # FSDP2 reduce-scatters gradients once, after the step's last micro-batch
+                model.set_requires_gradient_sync(i == n_micro - 1)
             xb, yb = x[i * micro:(i + 1) * micro], y[i * micro:(i + 1) * micro]
             with autocast():
                 loss, stats = model(xb, yb)

@@ -20,6 +20,9 @@ What a block does, as in the hero:
 - Around the stack: token embedding → `embed_norm` + `embed_gated_norm`; `final_norm` +
   `final_gated_norm` → lm_head (Marin's `output_proj`); loss = CE + 1e-4·mean(logsumexp²) (logit z-loss).
 Init: every matrix std·truncnormal(±3) with std = 0.5/√D; gains 1; convs identity; attn_gate 0.
+Precision (Marin's policy): fp32 weights, matmuls under the caller's autocast (bf16 on CUDA and on CPUs
+with native bf16); the router logits, the QB solve, norms' statistics and the loss stay fp32. The same
+code runs a CPU proxy and the true width on GPUs; only device and dtype differ.
 
 Left out, and why:
 - Packed-document boundaries (segment ids): our batches are random windows of a token stream with
@@ -28,6 +31,8 @@ Left out, and why:
   (or data-parallel ranks) holds every expert; capacity is the receiver cap per expert (moe.py).
 - Fused RoPE's adjacent-pair layout: we rotate split halves; it is a fixed permutation of the rotated
   dims, the same function class at init and in training.
+- With micro-batches (a true-size run on a GPU accumulates 8-sequence micro-batches), QB's β is the mean of
+  the micro-batches' β; Marin solves it over the whole step's batch at once.
 - The EMA copy, QB damping/freeze options and the router/attn_gate weight decay from step 54k
   (PR #8833): not part of the ladder rungs' recipe.
 """
@@ -293,24 +298,26 @@ class Block(nn.Module):
 # --- decoder and loss -----------------------------------------------------------------------------
 
 class CrossEntropyZLoss(torch.autograd.Function):
-    """loss = mean(lse − target logit) + w·mean(lse²) over the (T, V) fp32 logits, in two passes over V:
-    logsumexp forward; backward softmax·(1 + 2w·lse)/T − onehot/T written into one new tensor (autograd's
-    log-softmax + gather route allocates and zero-fills the (T, V) gradient twice)."""
+    """loss = mean(lse − target logit) + w·mean(lse²) over (T, V) fp32 logits, in three passes over V:
+    log-softmax forward (kept instead of the logits); backward its exp, times (1 + 2w·lse)/T,
+    minus 1/T at the targets. (Autograd's log-softmax + gather route allocates and zero-fills the (T, V)
+    gradient twice.)"""
 
     @staticmethod
     def forward(ctx, logits_TV: torch.Tensor, targets_T: torch.Tensor, z_weight: float):
-        lse_T = torch.logsumexp(logits_TV, dim=-1)
-        ce = (lse_T - logits_TV.gather(1, targets_T[:, None]).squeeze(1)).mean()
+        logp_TV = F.log_softmax(logits_TV, dim=-1)
+        lse_T = logits_TV[:, 0] - logp_TV[:, 0]
+        ce = -logp_TV.gather(1, targets_T[:, None]).mean()
         z = lse_T.pow(2).mean()
-        ctx.save_for_backward(logits_TV, targets_T, lse_T)
+        ctx.save_for_backward(logp_TV, targets_T, lse_T)
         ctx.z_weight = z_weight
         return ce + z_weight * z, ce.detach(), z.detach()
 
     @staticmethod
     def backward(ctx, grad_loss, _grad_ce, _grad_z):
-        logits_TV, targets_T, lse_T = ctx.saved_tensors
-        T = logits_TV.shape[0]
-        grad_TV = torch.sub(logits_TV, lse_T[:, None]).exp_()
+        logp_TV, targets_T, lse_T = ctx.saved_tensors
+        T = logp_TV.shape[0]
+        grad_TV = logp_TV.exp()  # softmax
         grad_TV.mul_((grad_loss * (1 + 2 * ctx.z_weight * lse_T) / T)[:, None])
         grad_TV.scatter_add_(1, targets_T[:, None], (-grad_loss / T).expand(T, 1).to(grad_TV.dtype))
         return grad_TV, None, None

@@ -55,9 +55,12 @@ def newton_schulz(G: torch.Tensor, steps: int = 5, eps: float = 1e-7, dtype: tor
     if transposed:
         X = X.mT
     X = X / (X.norm(dim=(-2, -1), keepdim=True) + eps)
-    for _ in range(steps):
-        A = X @ X.mT
-        X = torch.baddbmm(X, torch.baddbmm(A, A, A, beta=b, alpha=c), X, beta=a)  # aX + (bA + cA²)X
+    A, B, Y = torch.empty_like(X[:, :, : X.shape[1]]), torch.empty_like(X[:, :, : X.shape[1]]), torch.empty_like(X)
+    for _ in range(steps):  # three batched matmuls into reused buffers
+        torch.bmm(X, X.mT, out=A)
+        torch.baddbmm(A, A, A, beta=b, alpha=c, out=B)   # bA + cA²
+        torch.baddbmm(X, B, X, beta=a, out=Y)            # aX + (bA + cA²)X
+        X, Y = Y, X
     if transposed:
         X = X.mT
     return X.reshape(G.shape).to(G.dtype)

@@ -1,19 +1,23 @@
 """What a run trains: the model, the schedule and the optimizer — for a true rung, its CPU proxy, or a logged run.
 
 `true_config(rung)` is the rung as Marin trains it (marin.md §2.1, `rungs.json`). `cpu_proxy(cfg)`
-shrinks any config by one documented rule so it trains in minutes on 2 CPU cores:
+shrinks any config by one documented rule so it trains in minutes on 2 CPU cores. No dimension ever
+grows: a logged run already smaller than the proxy somewhere keeps its own size there.
 
-| what | true rung | proxy | kept |
+| what | true rung | proxy (`--cpu`) | kept |
 |---|---|---|---|
-| width | heads × 128 | heads × 32 (head_dim 128 → 32) | heads, local/global KV heads, latent = expert = shared width = D/2 |
-| GatedNorm rank | 128 | 32 (× the same 1/4) | GatedNorm at attn/mlp/embed/final |
-| depth | layers | max(4, layers // 2) | global every 4th + last layer; dense layers halved, at least 1 if any |
-| experts | E, top-K (384, 8) | E/4, K/4, K ≥ 2 (96, 2) | K/E (1/48), QB HIST, capacity 1.15, 2 shared experts |
-| vocabulary | 128,256 (Llama 3) | 4,096 (BPE trained on the local corpus) | logit z-loss 1e-4 |
-| sequence | 4096, window 2048 | 256, window 128 | window / sequence = 1/2 |
-| batch | 1024 sequences | 32 sequences (8,192 tokens) | — |
-| steps | 791 tokens per active param | `--steps` (default 120) | schedule shape, 1 % warm-up, min_lr_ratio 0.05, data phases at 27.7 % / 80 %, eval every 5 % |
+| width | heads × 128 | heads × 32 (head_dim → 32, `--head-dim`; `demo` uses 16) | heads, local/global KV heads; latent = expert = shared width = D/2 |
+| GatedNorm rank | 128 | × the same factor (32) | GatedNorm at attn/mlp/embed/final |
+| depth | layers | max(4, layers // 2) | global every 4th + last layer; dense layers halved (≥ 1 if any) |
+| experts | E, top-K (384, 8) | E/4, K/4 with K ≥ 2 (96, 2) | K/E (1/48), QB HIST, capacity 1.15, 2 shared experts |
+| vocabulary | 128,256 (Llama 3) | 4,096 (BPE trained on the local corpus; `--vocab`) | logit z-loss 1e-4 |
+| sequence | 4096, window 2048 | 256, window 128 (`--seq-len`) | window / sequence = 1/2 |
+| batch | 1024 sequences | 32 sequences, 8,192 tokens (`--batch`; `demo`: 16) | — |
+| steps | 791 tokens per active param | `--steps` (default 120; `demo`: 60) | schedule shape, 1 % warm-up, min_lr_ratio 0.05, data phases at 27.7 % / 80 %, eval every 5 % |
 | LRs, β2, ε | Marin's heuristic at the rung's size | the rung's own | MuonH = 13/3 × Adam, the optimizer groups |
+
+A logged run's own config (`--from-config`, logged_config.py) goes through the same rule under `--cpu`,
+and trains as logged without it (on CUDA).
 """
 
 from __future__ import annotations
@@ -114,11 +118,11 @@ def _scaled(width: int, factor: float, minimum: int = 8) -> int:
 
 
 def cpu_proxy(cfg: TrainConfig, steps: int | None = None, vocab: int = PROXY_VOCAB, batch_size: int = PROXY_BATCH,
-              seq_len: int = PROXY_SEQ) -> TrainConfig:
+              seq_len: int = PROXY_SEQ, head_dim: int = PROXY_HEAD_DIM) -> TrainConfig:
     """`cfg` shrunk by the rule in this module's docstring (any config: a rung's or a logged run's); no
     dimension ever grows (a logged run already smaller than the proxy keeps its own size there)."""
     m = cfg.model
-    head_dim = min(PROXY_HEAD_DIM, m.head_dim)
+    head_dim = min(head_dim, m.head_dim)
     f = head_dim / m.head_dim
     k = min(m.num_experts_per_token, max(2, m.num_experts_per_token // PROXY_EXPERT_DIVISOR))
     experts = max(k + 1, round(m.num_experts * k / m.num_experts_per_token))
@@ -135,8 +139,11 @@ def cpu_proxy(cfg: TrainConfig, steps: int | None = None, vocab: int = PROXY_VOC
         seq_len=seq_len, sliding_window=max(1, round(seq_len * m.sliding_window / m.seq_len)),
         initializer_std=None)
     steps = steps or DEFAULT_PROXY_STEPS
+    rule = PROXY_RULE if (head_dim, vocab, seq_len, batch_size) == (min(PROXY_HEAD_DIM, m.head_dim), PROXY_VOCAB, PROXY_SEQ,
+                                                                   PROXY_BATCH) else (
+        f"{PROXY_RULE}; overridden: head_dim {head_dim}, vocab {vocab}, seq {seq_len}, batch {batch_size}")
     return replace(cfg, label=f"{cfg.label} proxy", kind="cpu-proxy", model=model, steps=steps, batch_size=batch_size,
-                   eval_every=_eval_every(steps), micro_batch=0, proxy_rule=PROXY_RULE)
+                   eval_every=_eval_every(steps), micro_batch=0, proxy_rule=rule)
 
 
 def with_steps(cfg: TrainConfig, steps: int) -> TrainConfig:

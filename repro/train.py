@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from repro import home as repro_home
-from repro.errors import EXIT_INTERRUPTED, EXIT_USAGE, ReproError, RunFailure, UsageError
+from repro.errors import EXIT_INTERRUPTED, ReproError, RunFailure, UsageError
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -36,6 +36,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--batch", type=int, help="global batch in sequences (proxy default 32)")
     ap.add_argument("--seq-len", type=int, help="proxy sequence length (default 256)")
     ap.add_argument("--vocab", type=int, help="proxy BPE vocabulary (default 4096)")
+    ap.add_argument("--head-dim", type=int, help="proxy head width (default 32; `marinctl demo` uses 16)")
     ap.add_argument("--data", type=Path, help="your own text: .txt (or a folder), .jsonl (field text), .parquet (column text)")
     ap.add_argument("--from-config", type=Path, help="a logged run's W&B config (JSON) to train as itself")
     ap.add_argument("--source-run", help="the id of the run --from-config came from (for the record)")
@@ -53,7 +54,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.rung is None and args.from_config is None:
         ap.error("name a RUNG (rung1 … hero, d768 …) or pass --from-config FILE")
-    for flag in ("steps", "batch", "seq_len", "vocab", "nproc", "threads"):
+    for flag in ("steps", "batch", "seq_len", "vocab", "head_dim", "nproc", "threads"):
         value = getattr(args, flag)
         if value is not None and value < 1:
             ap.error(f"--{flag.replace('_', '-')} must be at least 1, not {value}")
@@ -79,7 +80,8 @@ def build(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any] | None, di
         published = rung_row(args.rung)
     if args.steps and not args.cpu:
         true_cfg = recipe.with_steps(true_cfg, args.steps)
-    proxy_kw = {k: v for k, v in (("batch_size", args.batch), ("seq_len", args.seq_len), ("vocab", args.vocab)) if v}
+    proxy_kw = {k: v for k, v in (("batch_size", args.batch), ("seq_len", args.seq_len), ("vocab", args.vocab),
+                                  ("head_dim", args.head_dim)) if v}
     proxy_cfg = recipe.cpu_proxy(true_cfg, steps=args.steps if args.cpu else None, **proxy_kw)
     return true_cfg, proxy_cfg, published, report
 

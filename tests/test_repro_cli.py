@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tests.test_repro_train import TINY, records  # noqa: E402
+from tests.test_repro_train import TINY, ctrl_c_when, records  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MARINCTL = [sys.executable, "-m", "marinctl"]
@@ -133,19 +132,17 @@ def test_demo_ctrl_c_reaps_the_trainer_and_records_the_run_as_killed(tmp_path, t
     env = {**os.environ, "MARINCTL_HOME": str(home)}
     child = subprocess.Popen([*MARINCTL, "demo", "--steps", "500", "--data", str(text_file)], stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    try:
-        first = child.stderr.readline()
-        assert first.startswith("starting the rung1 proxy"), first
+    first_line = []
+
+    def training() -> None:
+        first_line.append(child.stderr.readline())
         deadline = time.time() + 240
         while time.time() < deadline and not list((home / "repro" / "wandb").glob("offline-run-*demo/*.wandb")):
             time.sleep(0.5)
         time.sleep(2)
-        child.send_signal(signal.SIGINT)
-        _, err = child.communicate(timeout=120)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+
+    err = ctrl_c_when(child, training)
+    assert first_line[0].startswith("starting the rung1 proxy"), first_line  # said at once, before anything loads
     assert child.returncode == 130, err
     (run_dir,) = (home / "repro" / "wandb").glob("offline-run-*demo")
     left = subprocess.run(["pgrep", "-f", run_dir.name.split("-", 3)[-1]], capture_output=True, text=True)

@@ -8,12 +8,10 @@ model is a tiny proxy read from a SYNTHETIC Levanter-shaped config, so every run
 from __future__ import annotations
 
 import json
-import os
 import signal
 import struct
 import subprocess
 import sys
-import time
 import zlib
 from pathlib import Path
 
@@ -45,8 +43,9 @@ def tiny_files(tmp_path_factory):
     return base
 
 
-def trainer(tiny_files: Path, out: Path, *extra: str, nproc: int = 1, **popen) -> list[str]:
-    args = ["-m", "repro.train", "--from-config", str(tiny_files / "config.json"), "--source-run", "synthetic-tiny", "--cpu",
+def trainer(tiny_files: Path, out: Path, *extra: str, nproc: int = 1, cpu: bool = True) -> list[str]:
+    args = ["-m", "repro.train", "--from-config", str(tiny_files / "config.json"), "--source-run", "synthetic-tiny",
+            *(["--cpu"] if cpu else []),
             "--data", str(tiny_files / "text.txt"), "--home", str(tiny_files / "home"), "--out", str(out), "--json",
             "--threads", "1", *extra]
     if nproc > 1:
@@ -107,6 +106,18 @@ def records(run_dir: Path) -> tuple[list[dict], dict, int | None]:
     return rows, config, exit_code
 
 
+def ctrl_c_when(child: subprocess.Popen, ready) -> str:
+    """Wait for `ready()`, send SIGINT as a terminal's Ctrl-C would, and reap the child; its stderr."""
+    try:
+        ready()
+        child.send_signal(signal.SIGINT)
+        return child.communicate(timeout=120)[1]
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
 # --- the loop in-process -------------------------------------------------------------------------------
 
 def test_same_seed_gives_bit_identical_steps(tiny_files, tmp_path):
@@ -116,8 +127,8 @@ def test_same_seed_gives_bit_identical_steps(tiny_files, tmp_path):
     corpus = corpus_from_domains({"prose": text[:60_000], "code": text[60_000:]}, 512, 64, "test", tmp_path)
     runs = []
     for seed in (7, 7, 8):
-        rows = []
-        out = train(cfg, corpus, seed=seed, log=lambda m, s: rows.append(m))
+        rows: list[dict] = []
+        out = train(cfg, corpus, seed=seed, log=lambda m, s, rows=rows: rows.append(m))
         runs.append(([r["train/loss"] for r in rows], [r["grad/norm/total"] for r in rows],
                      out["model"].stacked_blocks[1].mlp.router_bias.clone()))
     (loss_a, grad_a, bias_a), (loss_b, grad_b, bias_b), (loss_c, _, _) = runs
@@ -166,21 +177,32 @@ def test_two_ranks_under_torchrun_log_one_run_matching_one_process(tiny_files, t
     assert exit2 == 0 and [r["global_step"] for r in rows2] == [0, 1]
     assert rows2[0]["train/loss"] == pytest.approx(rows1[0]["train/loss"], rel=0.01)
     assert rows2[0]["throughput/total_tokens"] == rows1[0]["throughput/total_tokens"]  # the same global batch
+    # sharded MuonH/AdamH still keep every matrix on its hyperball (norms reduced across ranks)
+    for key in ("params/norm/stacked_blocks.0.attn.w_q", "params/norm/stacked_blocks.1.mlp.expert_mlp.w_up",
+                "params/norm/lm_head"):
+        assert rows2[-1][key] == pytest.approx(rows2[0][key], rel=1e-4)
+        assert rows2[0][key] == pytest.approx(rows1[0][key], rel=1e-4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_without_cpu_the_run_trains_on_cuda_in_bf16(tiny_files, tmp_path):
+    code, doc, err = run(trainer(tiny_files, tmp_path / "gpu", "--steps", "2", cpu=False))
+    assert code == 0, err
+    assert doc["result"]["device"] == "cuda" and doc["result"]["compute_dtype"] == "bfloat16"
+    rows, _, exit_code = records(Path(doc["run_dir"]))
+    assert exit_code == 0 and len(rows) == 2 and all(0 < r["throughput/mfu"] <= 100 for r in rows)
 
 
 def test_ctrl_c_finishes_the_run_as_killed(tiny_files, tmp_path):
     cmd = trainer(tiny_files, tmp_path / "out", "--steps", "500")
     child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
+
+    def first_step() -> None:
         for line in child.stderr:
             if line.startswith("step "):
-                break
-        child.send_signal(signal.SIGINT)
-        _, err = child.communicate(timeout=120)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+                return
+
+    err = ctrl_c_when(child, first_step)
     assert child.returncode == 130 and "interrupted" in err
     (run_dir,) = (tmp_path / "out" / "wandb").glob("offline-run-*")
     rows, _, exit_code = records(run_dir)

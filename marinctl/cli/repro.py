@@ -29,7 +29,8 @@ import typer
 from marinctl import output, paths
 from marinctl.errors import RuntimeFailure, UserError
 
-DEMO_STEPS = 40
+DEMO_STEPS = 60
+DEMO_PROXY = ["--head-dim", "16", "--batch", "16"]  # a smaller proxy than `repro --cpu`: ~1 CPU-second a step
 _LAUNCHER_NOISE = re.compile(r"^([WI]\d{4} \d\d:\d\d:\d\d\.\d+ \d+ .*torch/distributed/|\*{10,}\s*$)")
 
 
@@ -255,7 +256,7 @@ def demo(
     if data is not None and not Path(data).expanduser().exists():
         raise UserError(f"--data {data}: no such file or folder", "pass a .txt, .jsonl or .parquet file")
     run_id = f"repro-d768-cpu-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-demo"
-    extra = ["--cpu", "--steps", str(steps), "--run-id", run_id]
+    extra = ["--cpu", "--steps", str(steps), "--run-id", run_id, *DEMO_PROXY]
     if data is not None:
         extra += ["--data", str(Path(data).expanduser())]
     cmd = _trainer_cmd(["rung1"], 1, extra)
