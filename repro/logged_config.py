@@ -75,12 +75,14 @@ SEED_NAMES = ("trainer.seed", "seed")
 
 # --- logging --------------------------------------------------------------------------------------
 
-def to_logged(cfg: TrainConfig, *, seed: int, data: dict[str, Any], compute_dtype: str, ranks: int) -> dict[str, Any]:
+def to_logged(cfg: TrainConfig, *, seed: int, data: dict[str, Any], compute_dtype: str, ranks: int,
+              threads: int | None = None) -> dict[str, Any]:
     m = cfg.model
     phases = [[start, weights] for start, weights in zip(cfg.phase_steps(), data.get("phase_weights", []))]
     return {
         "trainer": {"num_train_steps": cfg.steps, "train_batch_size": cfg.batch_size, "seed": seed,
-                    "mp": f"p=f32,c={compute_dtype}", "num_processes": ranks, "watch_interval": cfg.watch_interval,
+                    "mp": f"p=f32,c={compute_dtype}", "num_processes": ranks, "cpu_threads": threads,
+                    "watch_interval": cfg.watch_interval,
                     "steps_per_eval": cfg.eval_every},
         "model": {"type": "hero", "seq_len": m.seq_len, "hidden_dim": m.hidden_dim,
                   "intermediate_dim": m.intermediate_dim, "num_layers": m.num_layers, "num_heads": m.num_heads,

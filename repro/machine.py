@@ -109,6 +109,18 @@ def peak_key(device: str, dtype_name: str) -> str:
     return f"{device_name(device)}|{dtype_name}|{torch.get_num_threads()}"
 
 
+def threads_for_load() -> int:
+    """CPU threads to use: the cores not already busy (at least 1). On a shared 2-core machine two OpenMP
+    threads that keep losing their core to other processes run 2–10× slower than one (their barriers
+    spin); on a free machine every core is used."""
+    cores = os.cpu_count() or 1
+    try:
+        busy = os.getloadavg()[0]
+    except OSError:
+        busy = 0.0
+    return max(1, min(cores, int(cores - busy + 0.5)))
+
+
 def cuda_memory_bytes() -> int | None:
     """Total memory of GPU 0, or None without CUDA."""
     if not torch.cuda.is_available():

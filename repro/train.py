@@ -48,7 +48,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="--dry-run: size memory per rank for the ranks torchrun gives (WORLD_SIZE)")
     ap.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
                     help="compute dtype under autocast (auto: bf16 on CUDA and CPUs with native bf16, else fp32)")
-    ap.add_argument("--threads", type=int, help="torch CPU threads per process")
+    ap.add_argument("--threads", type=int, help="torch CPU threads per process (default: the cores not busy with other work)")
     ap.add_argument("--dry-run", action="store_true", help="describe the run; train nothing")
     ap.add_argument("--json", action="store_true", help="print the result as one JSON document on stdout")
     args = ap.parse_args(argv)
@@ -173,9 +173,9 @@ def run_training(args, cfg, device: str, report: dict[str, Any] | None) -> dict[
     from repro.wandb_log import EXIT_FAILED, EXIT_FINISHED, EXIT_KILLED, default_run_id, finish_run, open_run
 
     machine.keep_freed_memory()
-    if args.threads:
-        torch.set_num_threads(args.threads)
     ranks = dist.from_env()
+    if device == "cpu":  # one process per core under torchrun; otherwise the cores that are free
+        torch.set_num_threads(args.threads or (1 if ranks.world > 1 else machine.threads_for_load()))
     if cfg.batch_size % ranks.world:
         raise UsageError(f"a global batch of {cfg.batch_size} does not split over {ranks.world} ranks",
                          f"pass --batch {cfg.batch_size - cfg.batch_size % ranks.world or ranks.world}")
@@ -195,11 +195,15 @@ def run_training(args, cfg, device: str, report: dict[str, Any] | None) -> dict[
     data = {"source": corpus.source, "domains": sorted(corpus.train), "tokenizer": corpus.tokenizer_path.name,
             "vocab_size": corpus.vocab_size, "phase_weights": [corpus.phase_weights(i) for i in range(len(cfg.phase_fractions))]}
     if ranks.main:
-        run, run_dir = open_run(out, run_id, to_logged(cfg, seed=seed, data=data, compute_dtype=dtype, ranks=ranks.world),
+        run, run_dir = open_run(out, run_id, to_logged(cfg, seed=seed, data=data, compute_dtype=dtype, ranks=ranks.world,
+                                                       threads=torch.get_num_threads() if device == "cpu" else None),
                                 group=f"repro-{cfg.rung or cfg.source_run or 'run'}",
                                 tags=["repro", cfg.kind] + [t for t in (cfg.rung, cfg.width) if t])
-        say(f"{run_id}: {cfg.label}, {cfg.steps} steps × {cfg.batch_size} sequences on {device} ({dtype} compute"
-            f"{f', {ranks.world} ranks' if ranks.world > 1 else ''}); logging to {run_dir}")
+        threads = torch.get_num_threads()
+        how = [f"{dtype} compute"] + ([f"{threads} thread{'s' * (threads != 1)}"] if device == "cpu" else []) + (
+            [f"{ranks.world} ranks"] if ranks.world > 1 else [])
+        say(f"{run_id}: {cfg.label}, {cfg.steps} steps × {cfg.batch_size} sequences on {device} ({', '.join(how)}); "
+            f"logging to {run_dir}")
     summary: dict[str, Any] = {}
     exit_code, interrupted = EXIT_FAILED, False
     try:
@@ -210,6 +214,9 @@ def run_training(args, cfg, device: str, report: dict[str, Any] | None) -> dict[
     except KeyboardInterrupt:
         interrupted, exit_code = True, EXIT_KILLED
     finally:
+        # the record is finished whatever comes next: a second Ctrl-C (or the launcher's stop) must not cut it short
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
         summary.pop("model", None)
         if run is not None:
             extra = {"parameter_count": param_counts(cfg.model)["total"], "num_devices": ranks.world,

@@ -137,6 +137,19 @@ def test_same_seed_gives_bit_identical_steps(tiny_files, tmp_path):
     assert loss_c != loss_a
 
 
+def test_mfu_never_exceeds_100_percent_a_low_peak_is_raised_and_said(tiny_files, tmp_path):
+    from repro.loop import Peak
+
+    cfg, _ = from_logged(TINY, "synthetic-tiny")
+    text = (tiny_files / "text.txt").read_text()
+    corpus = corpus_from_domains({"prose": text}, 512, 64, "test", tmp_path)
+    rows: list[dict] = []
+    peak = Peak(1.0)  # a peak far below what any step does
+    train(cpu_proxy(cfg, steps=3), corpus, log=lambda m, s: rows.append(m), peak=peak)
+    assert all(0 < r["throughput/mfu"] <= 100.0 for r in rows)
+    assert peak.revised_at is not None and peak.flops > 1e6  # the last step that beat the kept peak
+
+
 # --- the trainer as a process ---------------------------------------------------------------------------
 
 def test_one_run_logs_levanter_keys_and_its_own_schedule(tiny_files, tmp_path):

@@ -280,6 +280,7 @@ def demo(
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        finished_alone = child.poll() is not None  # exited before we stopped it: its code is its own
         _stop(child)
         if pump is not None:
             pump.join(timeout=10)
@@ -289,7 +290,7 @@ def demo(
         sys.stderr.write(note + "\n")
     if interrupted:
         _exit_interrupted()
-    if child.returncode not in (0, 130):
+    if finished_alone and child.returncode != 0:
         raise RuntimeFailure(f"the background trainer exited with code {child.returncode}", f"see {log_path}")
 
 
