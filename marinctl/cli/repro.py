@@ -239,8 +239,9 @@ def repro(
         output.print_json(doc)
         return
     result = doc.get("result") or {}
-    typer.echo(f"{doc['run']}: {result.get('steps_done')} steps, train loss {result.get('final_loss', float('nan')):.3f}, "
-               f"eval loss {result.get('final_eval_loss') or float('nan'):.3f}")
+    nan = float("nan")
+    typer.echo(f"{doc['run']}: {result.get('steps_done')} steps, train loss {result.get('final_loss') or nan:.3f}, "
+               f"eval loss {result.get('final_eval_loss') or nan:.3f}")
     typer.echo(f"  wandb offline run: {doc['run_dir']}  (publish later: wandb sync {doc['run_dir']})")
     typer.echo(f"  {note or 'mirrored into the store; watch it: marinctl watch ' + doc['run']}")
 
