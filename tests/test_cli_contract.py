@@ -165,8 +165,6 @@ def test_repro_dry_run_json(mc):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 14 #10: `repro --json` gives `run` as an object {id, dir, ...} "
-                                       "instead of the id string (with the folder beside it as `run_dir`)")
 def test_repro_json_run_is_the_id_string(cli, tmp_path):
     """A real (tiny) CPU repro run on the user's own text; costs one proxy training step."""
     text = " ".join(f"The synthetic sentence number {i} says that tests write their own words." for i in range(6000))
