@@ -146,8 +146,6 @@ def test_ladder_pin_exits_0_with_logged_rungs_and_a_repro_run(mc):
     run_cli(mc, "ladder", "--pin", "1.6")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 14 #5: on a store holding only a repro run (after `demo`), "
-                                       "`ladder --pin 1.6` exits 2: the repro run is counted as a rung")
 def test_ladder_pin_works_when_the_only_run_is_a_repro_run(cli, tmp_path_factory, tmp_path):
     folder = next(d for d in local_wandb_dir(tmp_path_factory).iterdir() if d.name.endswith(REPRO_ID))
     home = tmp_path / "demo-home"
