@@ -248,8 +248,6 @@ def _follow(args, env, needle, timeout=40.0) -> str:
 # --- the mixture file (issue 14 #12: PR #9162's mixture) ----------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 14 #12: a mixture file in a shape mix does not parse is dropped "
-                                       "silently: mix shows the published table and says nothing about the file")
 def test_mix_reads_the_synced_mixture_file_or_says_it_fell_back(cli, monkeypatch):
     from tests.fakes.github_server import FakeGitHub
 

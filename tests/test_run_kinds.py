@@ -67,8 +67,7 @@ def test_explain_context_uses_the_runs_own_schedule(mc, kind):
     assert data.get("next_switch") == nxt
 
 
-@kinds("repro", "local", reason="issue 14 #2: mix ends a run's last logged mixture phase where it was logged, so later "
-       "steps are 'outside every phase' (the run's own data.train_weights are not its phases)")
+@kinds()
 def test_mix_phases_are_the_runs_own(mc, kind):
     run = KINDS[kind]
     sched = SCHEDULES[run]
