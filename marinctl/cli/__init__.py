@@ -90,6 +90,9 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:
         if _state["debug"]:
             raise
+        if boundary.is_interrupt(exc):
+            sys.stderr.write("marinctl: interrupted\n")
+            sys.exit(130)
         disk = boundary.disk_failure(exc, _db_path_or_none())
         if disk is not None:
             _fail(disk.message, disk.hint, disk.exit_code)

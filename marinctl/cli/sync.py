@@ -29,13 +29,22 @@ def sync(
     interval: Annotated[float, typer.Option("--interval", help="Seconds between syncs with --follow.")] = 30.0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the contract's JSON summary.")] = False,
 ) -> None:
+    from marinctl.cli.boundary import is_interrupt
     from marinctl.store import open_store
     from marinctl.store.synclock import acquire_all
     from marinctl.sync import parse_target, sync_targets
 
+    from marinctl.errors import UserError
+
+    if not interval > 0:
+        raise UserError(f"--interval must be a positive number of seconds, not {interval:g}",
+                        "marinctl sync TARGET --follow --interval 30")
     targets = targets or ["marin"]
     plans = [p for t in targets for p in parse_target(t)]  # validate before touching network or store
     store = open_store()
+    if follow and not json_out:
+        output.info(f"following {', '.join(targets)}" + ("" if all(p.kind == "local" for p in plans) else
+                                                         f" every {interval:g} s") + "; Ctrl-C stops")
     if follow and all(p.kind == "local" for p in plans):
         _follow_local(store, plans, json_out=json_out)
         return
@@ -43,8 +52,20 @@ def sync(
     total = {"runs": [], "events_added": 0, "timing": {"total_s": 0.0, "wandb_http_s": 0.0}}
     with acquire_all(store.path, targets, owner="sync"):
         while True:
-            report = sync_targets(store, targets, progress=progress, warn=_warn, following=follow)
+            try:
+                report = sync_targets(store, targets, progress=progress, warn=_warn, following=follow)
+            except Exception as exc:   # Ctrl-C inside a DuckDB query arrives as its own exception
+                if not (follow and is_interrupt(exc)):
+                    raise
+                report = None
+            except KeyboardInterrupt:
+                if not follow:
+                    raise
+                report = None
             progress.close()
+            if report is None:          # --follow stopped mid-round: what was committed stays
+                output.info("stopped; everything written so far is kept (`marinctl runs` lists it)")
+                break
             total["runs"] += report["runs"]
             total["events_added"] += report["events_added"]
             for k in total["timing"]:
@@ -53,7 +74,7 @@ def sync(
             if not follow:
                 break
             if not json_out:
-                _print_human(report)
+                _say_written(report)
             try:
                 time.sleep(interval)
             except KeyboardInterrupt:
@@ -62,6 +83,17 @@ def sync(
         output.print_json(total)
     else:
         _print_human(total)
+
+
+def _say_written(report: dict) -> None:
+    """One stderr line per run a --follow round wrote to (quiet when nothing changed)."""
+    from marinctl import numbers
+
+    for r in report["runs"]:
+        if r["rows_added"]:
+            output.info(f"{r['run']}: +{numbers.count(r['rows_added'])} rows, last step {numbers.count(r['last_step'])}")
+    if report.get("events_added"):
+        output.info(f"events added or updated: {report['events_added']}")
 
 
 def _warn(message: str) -> None:
@@ -84,8 +116,7 @@ def _follow_local(store, plans, *, json_out: bool) -> None:
         if json_out:
             output.print_json({"runs": results, "events_added": 0})
         else:
-            for r in results:
-                output.info(f"{r['run']}: +{r['rows_added']} rows, last step {r['last_step']}")
+            _say_written({"runs": results})
 
     threads = [threading.Thread(target=follow, args=(store, p.path),
                                 kwargs={"stop": stop, "on_update": on_update, "interval": 1.0, "warn": _warn},
