@@ -29,18 +29,23 @@ def sync(
     interval: Annotated[float, typer.Option("--interval", help="Seconds between syncs with --follow.")] = 30.0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the contract's JSON summary.")] = False,
 ) -> None:
-    from marinctl.cli.boundary import is_interrupt
-    from marinctl.store import open_store
-    from marinctl.store.synclock import acquire_all
-    from marinctl.sync import parse_target, sync_targets
-
     from marinctl.errors import UserError
+    from marinctl.sync.targets import parse_target
 
     if not interval > 0:
         raise UserError(f"--interval must be a positive number of seconds, not {interval:g}",
                         "marinctl sync TARGET --follow --interval 30")
     targets = targets or ["marin"]
     plans = [p for t in targets for p in parse_target(t)]  # validate before touching network or store
+    remote = [name for kind, name in (("wandb", "W&B"), ("github", "GitHub")) if any(p.kind == kind for p in plans)]
+    if remote and not json_out:       # said before the slow imports, so a dead network is never silent
+        output.info(f"syncing {', '.join(targets)} from {' and '.join(remote)} …")
+    from marinctl.cli.boundary import is_interrupt
+    from marinctl.sources import http
+    from marinctl.store import open_store
+    from marinctl.store.synclock import acquire_all
+    from marinctl.sync import sync_targets
+
     store = open_store()
     if follow and not json_out:
         output.info(f"following {', '.join(targets)}" + ("" if all(p.kind == "local" for p in plans) else
@@ -50,7 +55,7 @@ def sync(
         return
     progress = _Progress(enabled=not json_out and sys.stderr.isatty())
     total = {"runs": [], "events_added": 0, "timing": {"total_s": 0.0, "wandb_http_s": 0.0}}
-    with acquire_all(store.path, targets, owner="sync"):
+    with acquire_all(store.path, targets, owner="sync"), http.notices(_note, connecting=not json_out):
         while True:
             try:
                 report = sync_targets(store, targets, progress=progress, warn=_warn, following=follow)
@@ -94,6 +99,13 @@ def _say_written(report: dict) -> None:
             output.info(f"{r['run']}: +{numbers.count(r['rows_added'])} rows, last step {numbers.count(r['last_step'])}")
     if report.get("events_added"):
         output.info(f"events added or updated: {report['events_added']}")
+
+
+def _note(message: str) -> None:
+    """Connecting and retry notices from the HTTP clients, one stderr line each, as they happen."""
+    from marinctl.text import inert
+
+    output.info(inert(message, single_line=True))
 
 
 def _warn(message: str) -> None:
