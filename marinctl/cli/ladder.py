@@ -82,7 +82,7 @@ def _render(doc, pts, fit, predict) -> None:
     from marinctl.render.ladder import ladder_chart
     from marinctl.text import inert
 
-    print(f"source: {doc['source']}   metric: {inert(doc['metric'])}")
+    print(f"source: {doc['source']}" + ("" if doc["source"] == "points" else f"   metric: {inert(doc['metric'])}"))
     output.print_table(["rung", "compute", "loss", "fitted"],
                        [[inert(r["name"]), N.sig(r["compute"], 3), N.fixed(r["loss"]), N.fixed(r["fitted"])] for r in doc["rungs"]])
     f = doc["fit"]
