@@ -23,6 +23,8 @@ app = typer.Typer(
     name="marinctl",
     cls=CommandGroup,
     help="Follow and reproduce open LLM training runs (Marin's hero MoE and its scaling ladder) from the terminal.",
+    epilog="Start offline with `marinctl demo`, or with network `marinctl sync marin && marinctl watch`. "
+           "Every command has --help; exit codes: 0 ok, 1 runtime failure, 2 bad input.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,

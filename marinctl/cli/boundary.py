@@ -37,7 +37,15 @@ class UnknownCommand(X.UsageError):
 
 
 class CommandGroup(typer_core.TyperGroup):
-    """typer's group, raising `UnknownCommand` (with the closest command) for a misspelt one."""
+    """typer's group, raising `UnknownCommand` (with the closest command) for a misspelt one,
+    and listing each command with its whole first sentence (wrapped) instead of a cut one."""
+
+    def format_commands(self, ctx, formatter) -> None:
+        rows = [(name, cmd.get_short_help_str(limit=300)) for name in self.list_commands(ctx)
+                if (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def resolve_command(self, ctx, args):
         try:

@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
 
 
 def sync(
-    targets: Annotated[Optional[list[str]], typer.Argument(metavar="[TARGET]...", help="What to mirror (default: marin).")] = None,
+    targets: Annotated[Optional[list[str]], typer.Argument(metavar="TARGET", help="What to mirror (default: marin); several may be given.")] = None,
     follow: Annotated[bool, typer.Option("--follow", help="Keep syncing every --interval seconds until Ctrl-C.")] = False,
     interval: Annotated[float, typer.Option("--interval", help="Seconds between syncs with --follow.")] = 30.0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the contract's JSON summary.")] = False,
