@@ -58,8 +58,24 @@ def db_path() -> Path:
         if db.is_dir():
             raise RuntimeFailure(f"cannot use {db} as the store: it is a folder, not a DuckDB file", _DB_HINT)
         usable_folder(db.parent, "folder of the store", _DB_HINT)
-        return db
-    return home() / DB_NAME
+        return store_file(db)
+    return store_file(home() / DB_NAME)
+
+
+def store_file(path: Path) -> Path:
+    """`path`, unless it is an existing file that is not a DuckDB database (its magic bytes say)."""
+    if path in _usable or not path.is_file():
+        return path
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(12)
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot read the store {path}: {_why(path, exc)}", _DB_HINT) from None
+    if len(head) == 12 and head[8:12] != b"DUCK":
+        raise RuntimeFailure(f"{path} is not a marinctl store (not a DuckDB file)",
+                             "point --db at a marinctl store or a new file name")
+    _usable.add(path)
+    return path
 
 
 def subdir(name: str) -> Path:

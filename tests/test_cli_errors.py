@@ -48,6 +48,10 @@ CASES = [
     case("misspelt-ladr", ["ladr"], 2, ["ladr", "ladder"]),
     case("misspelt-anomalys", ["anomalys"], 2, ["anomalys", "anomalies"]),
     case("misspelt-explian", ["explian", "step", "5"], 2, ["explian", "explain"]),
+    case("explain-unknown-subcommand", ["explain", "stpe", "5"], 2, ["stpe", "step"]),
+    case("misspelt-option", ["runs", "--jsn"], 2, ["--jsn", "--json"]),
+    case("option-without-value", ["ladder", "--pin"], 2, ["--pin"]),
+    case("explain-unknown-option-after-step", ["explain", "step", "5", "--bogus"], 2, ["--bogus"]),
     # bad types
     case("explain-step-float", ["explain", "step", "1.5"], 2, ["1.5"]),
     case("ladder-pin-text", ["ladder", "--pin", "abc"], 2, ["abc"]),
@@ -60,6 +64,7 @@ CASES = [
     case("ladder-predict-negative", ["ladder", "--predict", "-1"], 2, ["--predict"]),
     case("repro-steps-negative", ["repro", "rung1", "--steps", "-4"], 2, ["--steps"]),
     case("plot-tiny-width", ["plot", "train/loss", "--run", RUN, "--width", "-3"], 2, ["-3"]),
+    case("sync-follow-negative-interval", ["sync", "{wandb_dir}", "--follow", "--interval", "-1"], 2, ["--interval"]),
     # unknown options, arguments, runs, rungs, keys, targets
     case("runs-extra-argument", ["runs", "extra"], 2, ["extra"]),
     case("sql-without-query", ["sql"], 2, ["QUERY"]),
@@ -82,6 +87,7 @@ CASES = [
     # SQL
     case("sql-unknown-table", ["sql", "SELECT * FROM nope"], 2, ["nope"]),
     case("sql-delete", ["sql", "DELETE FROM runs"], 2, ["read-only"]),
+    case("sql-copy-out", ["sql", "COPY (SELECT 1) TO 'out.csv'"], 2, ["read-only"]),
     # ladder --points CSVs
     case("ladder-csv-not-numbers", ["ladder", "--points", "{bad_numbers}"], 2, ["{bad_numbers_name}"]),
     case("ladder-csv-empty", ["ladder", "--points", "{empty}"], 2, ["{empty_name}"]),
@@ -93,6 +99,8 @@ CASES = [
     case("home-read-only", ["--home", "{read_only}", "runs"], 1, ["{read_only}"]),
     case("home-read-only-sync", ["--home", "{read_only}", "sync", "{wandb_dir}"], 1, ["{read_only}"]),
     case("db-under-a-file", ["--db", "{a_file}/x.duckdb", "runs"], 1, ["{a_file}"]),
+    case("db-is-a-folder", ["--db", "{folder}", "runs"], 1, ["{folder}"]),
+    case("db-is-not-a-store", ["--db", "{bad_numbers}", "runs"], 1, ["{bad_numbers}"]),
 ]
 
 
@@ -172,6 +180,11 @@ def test_bad_input_as_a_real_process(world, tmp_path, args, code, named):
     done = marinctl_run(args, env=env, cwd=tmp_path, timeout=60)
     check(done.returncode, done.stderr, code, named)
     assert done.stdout.strip() == ""     # nothing on stdout for a script to mistake for output
+
+
+def test_marinctl_alone_shows_the_help(cli):
+    code, out, err = cli()
+    assert code == 0 and err == "" and "Commands:" in out and "marinctl demo" in out
 
 
 def test_watch_with_an_unknown_target_in_a_terminal(world, tmp_path):
