@@ -182,6 +182,33 @@ def test_bad_input_as_a_real_process(world, tmp_path, args, code, named):
     assert done.stdout.strip() == ""     # nothing on stdout for a script to mistake for output
 
 
+def test_a_store_that_cannot_grow_is_a_runtime_failure_naming_it(tmp_path):
+    """A full disk, as a real process meets it: the file-size limit (RLIMIT_FSIZE, SIGXFSZ ignored)
+    makes DuckDB's writes fail the way ENOSPC does; the sync stops with exit 1 naming the store."""
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    from tests.blackbox import ROOT, sdk_write
+
+    sdk_write(tmp_path / "runs", '''
+run = wandb.init(mode="offline", dir=out, project="full-disk-synthetic", id="full-disk-synthetic", settings=S())
+for s in range(3000):
+    run.log({f"k{i}": s * 0.5 + i for i in range(20)}, step=s)
+run.finish()
+''')
+
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
+
+    home = tmp_path / "home"
+    done = subprocess.run([sys.executable, "-m", "marinctl", "--home", str(home), "sync", str(tmp_path / "runs" / "wandb")],
+                          cwd=ROOT, env=sdk_env(), capture_output=True, text=True, timeout=120, preexec_fn=small_files)
+    check(done.returncode, done.stderr, 1, [str(home / "marinctl.duckdb"), "limit"])
+
+
 def test_marinctl_alone_shows_the_help(cli):
     code, out, err = cli()
     assert code == 0 and err == "" and "Commands:" in out and "marinctl demo" in out

@@ -21,9 +21,11 @@ from marinctl.errors import RuntimeFailure
 
 _DISK_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EROFS: "the file system is read-only",
                 errno.EACCES: "permission denied", errno.EPERM: "permission denied",
-                errno.ENOTDIR: "a part of the path is a file, not a folder", errno.EDQUOT: "the disk quota is used up"}
+                errno.ENOTDIR: "a part of the path is a file, not a folder", errno.EDQUOT: "the disk quota is used up",
+                errno.EFBIG: "the file reached this system's file-size limit (ulimit -f)"}
 _DISK_WORDS = {"No space left on device": errno.ENOSPC, "Read-only file system": errno.EROFS,
-               "Permission denied": errno.EACCES, "Disk quota exceeded": errno.EDQUOT}
+               "Permission denied": errno.EACCES, "Disk quota exceeded": errno.EDQUOT,
+               "File too large": errno.EFBIG}
 
 _NOT_A_STORE = ("not a valid DuckDB database file", "Could not read enough bytes")
 
