@@ -195,11 +195,12 @@ def resolve_run(con: Connection, ref: str) -> dict[str, Any]:
 
 
 def find_rung_runs(con: Connection, rung: str) -> list[dict[str, Any]]:
-    """Cloud or local runs of a ladder rung: by the ladder group and the width in the id/name."""
+    """Cloud or local runs of a ladder rung: by the ladder group and the width in the id/name.
+    Reproductions (`repro_runs`) are overlays linked to a rung, never the rung itself."""
     width = RUNG_NAMES.get(rung, rung)
     cur = con.execute(
         f"SELECT {RUN_COLUMNS} FROM runs WHERE (run_group LIKE '%scaling-ladder%' OR run_id LIKE 'ladder-%'"
-        " OR source = 'repro') AND (run_id LIKE ? OR name LIKE ?) ORDER BY source = 'wandb', created_at NULLS FIRST",
+        ") AND source <> 'repro' AND (run_id LIKE ? OR name LIKE ?) ORDER BY source = 'wandb', created_at NULLS FIRST",
         [f"%{width}%", f"%{width}%"],
     )
     rows = [row_to_dict(r, cur.description) for r in cur.fetchall()]

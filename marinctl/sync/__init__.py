@@ -14,10 +14,11 @@ sources when it runs.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marinctl.domain import Progress, Warn
-from marinctl.store import Store
+if TYPE_CHECKING:   # only a type here: parsing targets stays light (no duckdb import)
+    from marinctl.store import Store
 from marinctl.sync.targets import Plan, parse_target, plan_watch
 
 __all__ = ["sync_targets", "parse_target", "plan_watch", "Plan"]

@@ -12,11 +12,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from marinctl.errors import UserError
-from marinctl.store import Store
+if TYPE_CHECKING:   # only a type here: parsing targets stays light (no duckdb import)
+    from marinctl.store import Store
 
 MARIN_ENTITY = "marin-community"
 MARIN_PROJECT = "marin_moe"
