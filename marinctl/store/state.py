@@ -76,6 +76,14 @@ def save_file_position(con: Connection, path: str, pos: Position) -> None:
     _put(con, "wandb_file", path, pos.position, pos.token, pos.extra)
 
 
+def last_step_in_other_files(con: Connection, run_uid: str, path: str) -> int | None:
+    """The last history step other `.wandb` files of a run wrote (a resumed run has several)."""
+    return first(con.execute(
+        "SELECT max(CAST(json_extract(extra, '$.last_step') AS BIGINT)) FROM sync_state"
+        " WHERE scope = 'wandb_file' AND name <> ? AND json_extract_string(extra, '$.run_uid') = ?",
+        [path, run_uid]))[0]
+
+
 # --- GitHub ETags ---------------------------------------------------------------------------
 
 def etag(con: Connection, url: str) -> tuple[str | None, dict[str, Any]]:
