@@ -190,8 +190,6 @@ def quiet_server(monkeypatch):
     server.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 #5: a second sync of a finished, fully mirrored run re-fetches "
-                                       "history (a HistoryPage for its last step)")
 def test_second_sync_of_a_finished_run_is_one_metadata_request(cli, quiet_server):
     server, done, _ = quiet_server
     run_cli(cli, "sync", f"{E}/{P}/{done.run_id}")
