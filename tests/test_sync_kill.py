@@ -216,12 +216,7 @@ def test_live_run_refetches_only_from_its_last_stored_step(cli, quiet_server):
 # --- sync locks keyed by the resolved run ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("second", [
-    pytest.param("url", marks=pytest.mark.xfail(strict=True, reason="issue 13 #8: sync locks are keyed by the raw "
-                                                "target text: the run's URL syncs it while E/P/R is syncing")),
-    pytest.param("run-id", marks=pytest.mark.xfail(strict=True, reason="issue 13 #8: the bare run id of a stored "
-                                                   "run is not a sync target today (exit 2), let alone locked")),
-])
+@pytest.mark.parametrize("second", ["url", "run-id"])
 def test_one_run_cannot_be_synced_twice_at_once_under_another_name(tmp_path, second):
     """The first sync is held at its first history page by the server; meanwhile the same run,
     named another way, must be refused (exit 1, "already syncing") instead of synced twice."""

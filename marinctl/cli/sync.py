@@ -31,17 +31,17 @@ def sync(
 ) -> None:
     from marinctl.store import open_store
     from marinctl.store.synclock import acquire_all
-    from marinctl.sync import parse_target, sync_targets
+    from marinctl.sync import lock_key, resolve_targets, sync_targets
 
     targets = targets or ["marin"]
-    plans = [p for t in targets for p in parse_target(t)]  # validate before touching network or store
     store = open_store()
+    plans = resolve_targets(store, targets)  # validate before touching the network
     if follow and all(p.kind == "local" for p in plans):
         _follow_local(store, plans, json_out=json_out)
         return
     progress = _Progress(enabled=not json_out and sys.stderr.isatty())
     total = {"runs": [], "events_added": 0, "timing": {"total_s": 0.0, "wandb_http_s": 0.0}}
-    with acquire_all(store.path, targets, owner="sync"):
+    with acquire_all(store.path, [lock_key(p) for p in plans], owner="sync"):
         while True:
             report = sync_targets(store, targets, progress=progress, warn=_warn, following=follow)
             progress.close()
@@ -76,6 +76,7 @@ def _follow_local(store, plans, *, json_out: bool) -> None:
     import threading
 
     from marinctl.store.synclock import acquire_all
+    from marinctl.sync import lock_key
     from marinctl.sync.local import follow
 
     stop = threading.Event()
@@ -91,7 +92,7 @@ def _follow_local(store, plans, *, json_out: bool) -> None:
                                 kwargs={"stop": stop, "on_update": on_update, "interval": 1.0, "warn": _warn},
                                 daemon=True)
                for p in plans]
-    with acquire_all(store.path, [p.raw for p in plans], owner="sync --follow"):
+    with acquire_all(store.path, [lock_key(p) for p in plans], owner="sync --follow"):
         for t in threads:
             t.start()
         try:
