@@ -135,8 +135,6 @@ def test_a_comment_naming_no_step_is_placed_by_its_time(cli, tmp_path, monkeypat
     assert abs(event["step"] - 300) <= 1 and event.get("align") == "time"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 #8: a comment deleted on GitHub stays in the timeline "
-                                       "after the next sync")
 def test_comment_deleted_upstream_leaves_the_timeline(cli, monkeypatch):
     from tests.fakes.github_server import FakeGitHub
 
