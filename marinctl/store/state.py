@@ -120,5 +120,15 @@ def save_detection(con: Connection, uid: str, last_step: int, memory: dict[str, 
     _put(con, "detect", uid, last_step, None, memory)
 
 
+def rewind_detection(con: Connection, uid: str, step: int) -> None:
+    """History from `step` on was rewritten (and its rewind recorded): detection resumes just
+    before it, with the fingerprints of what still stands, so it does not infer the rewind again."""
+    position, memory = detection(con, uid)
+    if position is None or position < step:
+        return
+    fingerprints = [f for f in memory.get("fingerprints") or [] if f[0] < step]
+    save_detection(con, uid, step - 1, {**memory, "fingerprints": fingerprints})
+
+
 def forget_detection(con: Connection, uid: str) -> None:
     con.execute("DELETE FROM sync_state WHERE scope = 'detect' AND name = ?", [uid])

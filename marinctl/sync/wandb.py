@@ -8,7 +8,8 @@ starts from the watermark and `replace_range` makes any overlap idempotent.
 
 Rewinds and forks: when W&B's `lastStep` goes backwards, or the `_timestamp` of the last
 step we stored no longer matches what W&B serves, history was rewritten; we walk back to
-the first step that differs and re-sync from there. Fork children are stored from
+the first step that differs and re-sync from there, record the `rewind` (an anomaly every
+detection pass keeps) and move detection back to just before it. Fork children are stored from
 `fork_step` on — every row they logged themselves; W&B also serves the parent's rows below
 (and, for a child that did not log it, at) the fork step, which stay the parent's (see
 store/lineage.py). A finished run whose state, last step and heartbeat are unchanged since
@@ -22,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from marinctl.domain import Progress, RunInfo
+from marinctl.domain import Anomaly, Progress, RunInfo
 from marinctl.errors import UserError
 from marinctl.sources import wandb_parquet
 from marinctl.sources.wandb import WandbClient
@@ -98,6 +99,8 @@ def sync_run(store: Store, client: WandbClient, run: RunInfo, *, progress: Progr
             with store.transaction() as con:
                 metrics.delete_from(con, run_pk, start)
                 anomalies.clear(con, run_pk, start)
+                anomalies.insert(con, [_rewind(run_pk, start, last_step)])   # both detection passes keep it
+                state.rewind_detection(con, run.uid, start)
                 last_step = runs.refresh_last_step(con, run_pk)
                 state.set_history_mark(con, run.uid, start)
             mark = start
@@ -161,6 +164,12 @@ def sync_run(store: Store, client: WandbClient, run: RunInfo, *, progress: Progr
     with store.connect() as con:
         result.first_step, result.last_step = metrics.step_range(con, [(run_pk, None, None)])
     return result
+
+
+def _rewind(run_pk: int, start: int, stored_to: int) -> Anomaly:
+    """The record of a W&B rewind the sync saw: history from `start` was rewritten."""
+    return Anomaly(run_pk, start, "_step", "rewind", float(max(stored_to - start + 1, 0)), "infrastructure",
+                   {"previously_detected_to": stored_to, "rewound_from": start})
 
 
 def _finished_and_mirrored(before: dict | None, run: RunInfo, mark: int | None) -> bool:
