@@ -156,8 +156,6 @@ def test_without_a_lineage_the_time_picks_the_run_and_the_text_the_step(cli, mon
     assert (event["run"], event["step"], event.get("align")) == ("second-synthetic", 150, "text"), event
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 #8: a comment deleted on GitHub stays in the timeline "
-                                       "after the next sync")
 def test_comment_deleted_upstream_leaves_the_timeline(cli, monkeypatch):
     from tests.fakes.github_server import FakeGitHub
 

@@ -71,7 +71,7 @@ def show(
     output.print_table(["run", "from step", "to step"], [(x["run"], x["from_step"], x["to_step"]) for x in doc["lineage"]])
     for title, mapping in (("config", doc["config"]), ("summary", doc["summary"])):
         print(f"\n{title}")
-        flat = sorted(_flatten(mapping), key=lambda kv: kv[0])
+        flat = sorted(_flatten(mapping), key=lambda kv: kv[0])   # by key, as W&B lists them
         if not flat:
             print("  (empty)")
         for k, v in flat[:200]:
@@ -128,7 +128,7 @@ def export(
             writer.writerow(["step", "key", "value"])
             for batch in reader:
                 cols = batch.to_pydict()
-                writer.writerows(zip(cols["step"], cols["key"], (repr(v) if v is not None else "" for v in cols["value"])))
+                writer.writerows(zip(cols["step"], cols["key"], map(output.csv_cell, cols["value"])))
                 rows += batch.num_rows
         except BrokenPipeError:
             return
@@ -155,6 +155,6 @@ def sql(
     elif csv_out:
         w = csv.writer(sys.stdout, lineterminator="\n")
         w.writerow(cols)
-        w.writerows(rows)
+        w.writerows([output.csv_cell(v) for v in row] for row in rows)
     else:
         output.print_table(cols, rows)

@@ -36,17 +36,22 @@ def sync(
         raise UserError(f"--interval must be a positive number of seconds, not {interval:g}",
                         "marinctl sync TARGET --follow --interval 30")
     targets = targets or ["marin"]
-    plans = [p for t in targets for p in parse_target(t)]  # validate before touching network or store
-    remote = [name for kind, name in (("wandb", "W&B"), ("github", "GitHub")) if any(p.kind == kind for p in plans)]
+    try:   # validate before touching network or store (a bare stored run id waits for the store)
+        plans = [p for t in targets for p in parse_target(t)]
+    except UserError:
+        plans = None
+    remote = [name for kind, name in (("wandb", "W&B"), ("github", "GitHub")) if any(p.kind == kind for p in plans or [])]
     if remote and not json_out:       # said before the slow imports, so a dead network is never silent
         output.info(f"syncing {', '.join(targets)} from {' and '.join(remote)} …")
     from marinctl.cli.boundary import is_interrupt
     from marinctl.sources import http
     from marinctl.store import open_store
     from marinctl.store.synclock import acquire_all
-    from marinctl.sync import sync_targets
+    from marinctl.sync import lock_key, resolve_targets, sync_targets
 
     store = open_store()
+    if plans is None:
+        plans = resolve_targets(store, targets)   # a stored run's bare id, or the UserError naming the bad TARGET
     if follow and not json_out:
         output.info(f"following {', '.join(targets)}" + ("" if all(p.kind == "local" for p in plans) else
                                                          f" every {interval:g} s") + "; Ctrl-C stops")
@@ -55,7 +60,7 @@ def sync(
         return
     progress = _Progress(enabled=not json_out and sys.stderr.isatty())
     total = {"runs": [], "events_added": 0, "timing": {"total_s": 0.0, "wandb_http_s": 0.0}}
-    with acquire_all(store.path, targets, owner="sync"), http.notices(_note, connecting=not json_out):
+    with acquire_all(store.path, [lock_key(p) for p in plans], owner="sync"), http.notices(_note, connecting=not json_out):
         while True:
             try:
                 report = sync_targets(store, targets, progress=progress, warn=_warn, following=follow)
@@ -120,6 +125,7 @@ def _follow_local(store, plans, *, json_out: bool) -> None:
     import threading
 
     from marinctl.store.synclock import acquire_all
+    from marinctl.sync import lock_key
     from marinctl.sync.local import follow
 
     stop = threading.Event()
@@ -134,7 +140,7 @@ def _follow_local(store, plans, *, json_out: bool) -> None:
                                 kwargs={"stop": stop, "on_update": on_update, "interval": 1.0, "warn": _warn},
                                 daemon=True)
                for p in plans]
-    with acquire_all(store.path, [p.raw for p in plans], owner="sync --follow"):
+    with acquire_all(store.path, [lock_key(p) for p in plans], owner="sync --follow"):
         for t in threads:
             t.start()
         try:
