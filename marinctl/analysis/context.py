@@ -17,7 +17,7 @@ from marinctl.store import Connection
 from marinctl.store import metrics as M
 from marinctl.store import series as S
 
-__all__ = ["config_of", "context_at", "lineage_points", "warmup_end_step"]
+__all__ = ["config_of", "context_at", "lineage_points", "schedule_points", "warmup_end_step"]
 
 HERO_CKPT_EVERY = 6_000
 ASSUMED_WARMUP = 0.01        # Levanter's default `optimizer.warmup`, for runs that do not say
@@ -37,6 +37,20 @@ def warmup_end_step(run: dict[str, Any]) -> int:
     return int(ASSUMED_WARMUP * sched.total_steps) if sched.total_steps else 0
 
 
+def schedule_points(run: dict[str, Any]) -> list[tuple[int, str]]:
+    """(step, what) where the run's own schedule changes shape: warm-up end, each data-phase
+    switch, decay start. Detection keeps quiet about level shifts there (episodes.py)."""
+    sched = schedule_of(run)
+    out = []
+    if sched.warmup_end_step:
+        out.append((sched.warmup_end_step, "warm-up ends"))
+    if sched.decay_start_step and sched.decay_start_step != sched.warmup_end_step:
+        out.append((sched.decay_start_step, "decay starts"))
+    for i, phase in enumerate(sched.phases[1:], start=2):
+        out.append((phase.start_step, f"data phase {i} ({phase.name}) starts"))
+    return sorted(out)
+
+
 def lr_phase(con: Connection, target, step: int) -> dict[str, Any]:
     run = target.run_at(step)
     sched = schedule_of(run)
@@ -51,8 +65,9 @@ def lr_phase(con: Connection, target, step: int) -> dict[str, Any]:
         phase = "stable"
     else:
         phase = "decay"
-    return {"phase": phase, "warmup_end_step": wend, "total_steps": total, "schedule_from": sched.source("total_steps"),
-            "warmup_from": sched.source("warmup"), "learning_rate": float(lr[0]) if len(lr) else None,
+    return {"phase": phase, "warmup_end_step": wend, "decay_start_step": sched.decay_start_step, "total_steps": total,
+            "schedule_from": sched.source("total_steps"), "warmup_from": sched.source("warmup"),
+            "decay_from": sched.source("decay"), "learning_rate": float(lr[0]) if len(lr) else None,
             "fraction": (step / total) if total else None}
 
 
