@@ -102,16 +102,17 @@ def rate_drops(con: Connection, data: pa.Table, key: str, *, invert: bool, recen
 
 
 def gaps(con: Connection, data: pa.Table, key: str, *, window: int, factor: float, min_seconds: float,
-         lo: int, hi: int | None) -> list[tuple[int, int, float | None, float | None, float | None]]:
+         lo: int, hi: int | None, since: int = 0) -> list[tuple[int, int, float | None, float | None, float | None]]:
     """(step, previous step, Δvalue, trailing median Δvalue, median step interval) where the
     steps skip at least two of the frame's usual logging intervals (a run logging every 10
     steps skips 10 every row: that is its interval, not a gap), or where `key` (a wall
-    clock) jumped more than max(factor × its median Δ per row, min_seconds)."""
+    clock) jumped more than max(factor × its median Δ per row, min_seconds). Rows before `since`
+    are not read (a fork child's own steps start after its parent's)."""
     until, extra = _until(hi)
     with _Frame(con, _det_data=data):
         return con.execute(f"""
             WITH t AS (SELECT step, value AS ts, lag(step) OVER (ORDER BY step) AS prev_step, lag(value) OVER (ORDER BY step) AS prev_ts
-                       FROM _det_data WHERE key = ?),
+                       FROM _det_data WHERE key = ? AND step >= ?),
             w AS (SELECT *, ts - prev_ts AS dt, step - prev_step AS ds,
                          median(ts - prev_ts) OVER (ORDER BY step ROWS BETWEEN {int(window)} PRECEDING AND 1 PRECEDING) AS med_dt,
                          median(step - prev_step) OVER () AS med_ds
@@ -121,7 +122,7 @@ def gaps(con: Connection, data: pa.Table, key: str, *, window: int, factor: floa
               AND ((ds > 1 AND ds >= 2 * coalesce(med_ds, 1))
                    OR (dt > greatest({float(factor)} * coalesce(med_dt, 0), {float(min_seconds)})))
             ORDER BY step
-        """, [key, lo, *extra]).fetchall()
+        """, [key, since, lo, *extra]).fetchall()
 
 
 def crossings(con: Connection, data: pa.Table, refs: dict[str, float], rel: float,
@@ -163,3 +164,25 @@ def log_change_z(con: Connection, data: pa.Table, key: str, *, window: int, min_
               AND step >= ? {until}
             ORDER BY step
         """, [key, lo, *extra]).fetchall()
+
+
+def by_key(con: Connection, data: pa.Table) -> dict[str, tuple[Any, Any]]:
+    """A long (key, step, value) frame as {key: (steps, values)} numpy arrays in step order.
+
+    One sort in DuckDB; analysis then walks each key's rows without pyarrow.compute (whose
+    import alone costs explain a tenth of a second)."""
+    import numpy as np
+
+    if not data.num_rows:
+        return {}
+    with _Frame(con, _det_data=data):
+        names = [r[0] for r in con.execute("SELECT DISTINCT key FROM _det_data ORDER BY key").fetchall()]
+        res = con.execute("""
+            SELECT k.i, d.step, d.value FROM _det_data d
+            JOIN (SELECT key, (row_number() OVER (ORDER BY key) - 1)::INTEGER AS i FROM (SELECT DISTINCT key FROM _det_data)) k USING (key)
+            ORDER BY k.i, d.step""").fetchnumpy()
+    idx = np.asarray(res["i"])
+    steps = np.asarray(res["step"], dtype=np.int64)
+    values = np.asarray(res["value"], dtype=np.float64)
+    cuts = np.flatnonzero(np.r_[True, idx[1:] != idx[:-1], True])
+    return {names[int(idx[a])]: (steps[a:b], values[a:b]) for a, b in zip(cuts[:-1], cuts[1:])}
