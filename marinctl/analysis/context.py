@@ -133,6 +133,39 @@ def moved_metrics(con: Connection, target, step: int, exclude: set[str] | None =
     return out
 
 
+SCHEDULE_WINDOW = 300       # steps either side of N: scheduled changes shown in the context
+LEVEL_ROWS = 20             # logged rows either side of a scheduled change: the level it moved by
+
+
+def _level_ratio(con: Connection, target, key: str, at: int) -> float | None:
+    """Median of the LEVEL_ROWS logged values from `at` on over the median of those before it."""
+    import numpy as np
+
+    steps, v = M.series(con, target.segments, key, at - 100 * LEVEL_ROWS, at + 100 * LEVEL_ROWS)
+    ok = np.isfinite(v) & (v > 0)
+    steps, v = steps[ok], v[ok]
+    before, after = v[steps < at][-LEVEL_ROWS:], v[steps >= at][:LEVEL_ROWS]
+    if len(before) < 3 or len(after) < 3:
+        return None
+    return float(np.median(after) / np.median(before))
+
+
+def schedule_near(con: Connection, target, step: int, window: int = SCHEDULE_WINDOW) -> list[dict[str, Any]]:
+    """The run's scheduled changes within `window` steps of `step` and how far loss and grad norm
+    moved there: expected shape, so they are context, never findings."""
+    out = []
+    for at, what in schedule_points(target.run_at(step)):
+        if abs(at - step) > window:
+            continue
+        moved = {}
+        for key, label in (("train/loss", "loss"), ("grad/norm/total", "grad_norm")):
+            ratio = _level_ratio(con, target, key, at)
+            if ratio is not None:
+                moved[label] = ratio
+        out.append({"step": at, "what": what, "level_ratio": moved})
+    return out
+
+
 def context_at(con: Connection, target, step: int, *, window: int = 1000,
                exclude: set[str] | None = None) -> dict[str, Any]:
     """The contract's `context` block (lr_phase, data_phase, events) plus the rest."""
@@ -147,6 +180,7 @@ def context_at(con: Connection, target, step: int, *, window: int = 1000,
         "evals": eval_steps(con, target, step, 50),
         "checkpoints": checkpoint_steps(run, step, window),
         "lineage": lineage_points(target, step, window),
+        "schedule": schedule_near(con, target, step),
         "run_at_step": run["run_id"],
         "moved": moved_metrics(con, target, step, exclude),
     }

@@ -80,6 +80,7 @@ NORM_MIN_POINTS = 10
 NORM_MIN_DLOG = 1e-4
 ROUTER_MIN_RISE = 0.005
 LOOKBACK = TPUT_BASE + TPUT_RECENT + 70   # steps read before the first step scored
+REF_SPAN = 10_000           # steps read first for the hyperball references (their first logged values)
 LOOKAHEAD = 200             # steps read after the last one scored: does a spike come back (episodes.py)?
 
 # (key, transform, direction, threshold, MAD floor, kind, cause_class, router metric?)
@@ -133,19 +134,9 @@ def frame_of(con: Connection, run: dict[str, Any]) -> RunFrame:
     return RunFrame(run, segs, own_lo, warmup_end_step(run), roles_mod.recipe_roles(run), schedule_points(run))
 
 
-def split_keys(data: pa.Table) -> dict[str, Series]:
-    """A long (key, step, value) frame as {key: (steps, values)} in step order (no pyarrow.compute)."""
-    if not data.num_rows:
-        return {}
-    enc = data.column("key").combine_chunks().dictionary_encode()
-    idx = enc.indices.to_numpy(zero_copy_only=False)
-    steps = data.column("step").to_numpy()
-    values = data.column("value").to_numpy()
-    order = np.lexsort((steps, idx))
-    idx, steps, values = idx[order], steps[order], values[order]
-    cuts = np.flatnonzero(np.r_[True, idx[1:] != idx[:-1], True])
-    names = enc.dictionary.to_pylist()
-    return {names[idx[a]]: (steps[a:b], values[a:b]) for a, b in zip(cuts[:-1], cuts[1:])}
+def split_keys(con: Connection, data: pa.Table) -> dict[str, Series]:
+    """A long (key, step, value) frame as {key: (steps, values)} in step order."""
+    return rolling.by_key(con, data)
 
 
 def _log_series(cols: dict[str, Series], key: str) -> episodes.KeySeries:
@@ -159,7 +150,7 @@ def _log_series(cols: dict[str, Series], key: str) -> episodes.KeySeries:
 def spikes(con: Connection, fr: RunFrame, data: pa.Table, emit_lo: int, emit_hi: int | None, owner: Owner,
            overlap: bool = False, cols: dict[str, Series] | None = None) -> list[Anomaly]:
     """Loss and gradient spikes made into events (episodes.py), router-metric jumps."""
-    cols = cols if cols is not None else split_keys(data)
+    cols = cols if cols is not None else split_keys(con, data)
     loss_s, grad_s = _log_series(cols, LOSS), _log_series(cols, GRAD)
     interval = episodes.interval_of(loss_s.steps)
     margin = (episodes.GROUP_ROWS + episodes.PRECURSOR_ROWS + 1) * interval
@@ -226,7 +217,7 @@ def throughput(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, 
                overlap=False, cols: dict[str, Series] | None = None) -> list[Anomaly]:
     """Sustained slowdowns. Tokens/s and step duration are per-step rates already, so a logging
     gap leaves them comparable; the windows count logged rows."""
-    cols = cols if cols is not None else split_keys(data)
+    cols = cols if cols is not None else split_keys(con, data)
     key, sign = (TPS, 1.0) if TPS in cols else (DURATION, -1.0)
     rows = rolling.rate_drops(con, data, key, invert=sign < 0, recent=TPUT_RECENT, base=TPUT_BASE,
                               min_points=TPUT_MIN_BASE, ratio=TPUT_RATIO)
@@ -245,12 +236,12 @@ def throughput(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, 
 
 
 def timing(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner: Owner,
-           cols: dict[str, Series] | None = None) -> list[Anomaly]:
+           cols: dict[str, Series] | None = None, since: int = 0) -> list[Anomaly]:
     """Step gaps (against the run's median logging interval) and wall-clock gaps (resumes) on the
-    run's own steps, plus its fork point."""
-    cols = cols if cols is not None else split_keys(data)
+    run's own steps (from `since`), plus its fork point."""
+    cols = cols if cols is not None else split_keys(con, data)
     rows = rolling.gaps(con, data, TIMESTAMP if TIMESTAMP in cols else LOSS, window=SPIKE_WINDOW,
-                        factor=RESUME_FACTOR, min_seconds=RESUME_MIN_S, lo=emit_lo, hi=emit_hi)
+                        factor=RESUME_FACTOR, min_seconds=RESUME_MIN_S, lo=emit_lo, hi=emit_hi, since=since)
     out: list[Anomaly] = []
     fork_at = (fr.run.get("fork_step") + 1) if fr.run.get("fork_step") is not None else None
     for step, prev, dt, med, med_ds in rows:
@@ -278,14 +269,18 @@ def nonfinite(con: Connection, fr: RunFrame, emit_lo, emit_hi, owner: Owner) -> 
     return numerics.nonfinite(history.nonfinite(con, fr.segments, emit_lo, emit_hi), owner)
 
 
-def hyperball_leaves(con: Connection, fr: RunFrame) -> list[str]:
-    keys = history.keys_with_prefix(con, "params/norm/", exclude=[PNORM])
+def hyperball_leaves(con: Connection, fr: RunFrame, keys: Sequence[str] | None = None) -> list[str]:
+    keys = history.keys_with_prefix(con, "params/norm/", exclude=[PNORM]) if keys is None else \
+        [k for k in keys if k.startswith("params/norm/") and k != PNORM]
     return [k for k in keys if fr.roles.role(roles_mod.leaf_path(k)).hyperball]
 
 
 def hyperball_refs(con: Connection, fr: RunFrame, leaves: Sequence[str]) -> dict[str, tuple[int, float]]:
-    """Each hyperball leaf's first logged (step, value) in the lineage: the sphere's radius."""
-    return {k: sv for k, sv in history.first_values(con, fr.segments, leaves).items() if sv[1]}
+    """Each hyperball leaf's first logged (step, value) in the lineage: the sphere's radius.
+    Only the first REF_SPAN steps are read (a leaf not logged there is, in practice, another
+    run's); a lineage that logged none of them there costs one full scan."""
+    refs = history.first_values(con, fr.segments, leaves, below=REF_SPAN) or history.first_values(con, fr.segments, leaves)
+    return {k: sv for k, sv in refs.items() if sv[1]}
 
 
 def hyperball_drift(con: Connection, fr: RunFrame, data: pa.Table, refs: dict[str, tuple[int, float]], emit_lo, emit_hi,
@@ -308,12 +303,12 @@ def hyperball_drift(con: Connection, fr: RunFrame, data: pa.Table, refs: dict[st
 
 
 def param_norm_jumps(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner: Owner,
-                     attribute: bool = True) -> list[Anomaly]:
+                     attribute: bool = True, cols: dict[str, Series] | None = None) -> list[Anomaly]:
     from marinctl.analysis import attribution as att_mod
 
     rows = rolling.log_change_z(con, data, PNORM, window=NORM_WINDOW, min_points=NORM_MIN_POINTS,
                                 min_change=NORM_MIN_DLOG, bar=SPIKE_Z, lo=max(emit_lo, SKIP_BEFORE), hi=emit_hi, per_step=True)
-    steps = split_keys(data).get(PNORM, (np.empty(0, np.int64), None))[0]
+    steps = (cols if cols is not None else split_keys(con, data)).get(PNORM, (np.empty(0, np.int64), None))[0]
     usual = episodes.interval_of(steps)
     out = []
     for step, prev, value, d, med, z in rows:
@@ -326,10 +321,8 @@ def param_norm_jumps(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emi
             att = att_mod.attribute(con, fr.segments, fr.roles, prev, step)
             if att is not None:
                 cause, conf, verdict = classify_norm_change(att, fr.roles, step - prev)
-                details.update(verdict=verdict, delta_sq=att.total_delta,
-                               by_module=[{k: r[k] for k in ("module", "share")} for r in att.by_module[:6]],
-                               by_role=[{k: r[k] for k in ("role", "share")} for r in att.by_role],
-                               top_leaves=[{"name": l["name"], "share": l["share"]} for l in att.top_leaves(5)])
+                details.update(verdict=verdict, top_leaves=[{"name": l["name"], "share": l["share"]} for l in att.top_leaves(5)],
+                               **att_mod.evidence(att))
         details["confidence"] = conf
         out.append(Anomaly(owner(step), step, PNORM, "param_norm_jump", abs(z), cause, details))
     return out
@@ -421,40 +414,35 @@ def hand_over(found: list[Anomaly]) -> list[Anomaly]:
 
 # --- every detector --------------------------------------------------------------------------
 
-def _own(cols: dict[str, Series], key: str, lo: int) -> pa.Table:
-    steps, values = cols.get(key, (np.empty(0, np.int64), np.empty(0)))
-    keep = steps >= lo
-    return pa.table({"key": pa.array([key] * int(keep.sum()), pa.string()), "step": steps[keep], "value": values[keep]})
-
-
 def scan(con: Connection, fr: RunFrame, emit_lo: int, emit_hi: int | None = None, *,
-         overlap: bool = False, refs: dict[str, tuple[int, float]] | None = None, owner: Owner | None = None) -> list[Anomaly]:
-    """Every detector over steps [emit_lo, emit_hi), reading LOOKBACK steps of history before."""
+         overlap: bool = False, refs: dict[str, tuple[int, float]] | None = None, owner: Owner | None = None,
+         trends_out: list[Anomaly] | None = None) -> list[Anomaly]:
+    """Every detector over steps [emit_lo, emit_hi), reading LOOKBACK steps of history before.
+    `trends_out` collects every logit-growth episode seen in what was read, in range or not."""
     owner = owner or (lambda step: fr.run_pk)
     read_lo = max(emit_lo - LOOKBACK, 0)
     read_hi = None if emit_hi is None else emit_hi + LOOKAHEAD
     keys = history.keys_with_prefix(con, "")
-    extra = [*trends.Z_LOSS_KEYS, *trends.max_logit_keys(keys), *numerics.marker_keys(keys)]
+    heads = lm_head_keys(keys)
+    extra = [*trends.Z_LOSS_KEYS, *trends.max_logit_keys(keys), *numerics.marker_keys(keys), *heads]
     dense = history.frame(con, fr.segments, [LOSS, GRAD, TPS, DURATION, TIMESTAMP, ENTROPY, ZLOSS, DROP, OVERFLOW, PNORM, CE,
                                              *[k for k in extra if k in set(keys)]], read_lo, read_hi)
-    cols = split_keys(dense)
+    cols = split_keys(con, dense)
     found = spikes(con, fr, dense, emit_lo, emit_hi, owner, overlap, cols)
     found += sustained_rise(con, fr, dense, emit_lo, emit_hi, owner, overlap)
     found += throughput(con, fr, dense, emit_lo, emit_hi, owner, overlap, cols)
     own_lo = fr.own_lo if not overlap else 0
-    clock = TIMESTAMP if TIMESTAMP in cols else LOSS
-    found += timing(con, fr, _own(cols, clock, own_lo), max(emit_lo, own_lo), emit_hi, owner, {clock: cols.get(clock)})
+    found += timing(con, fr, dense, max(emit_lo, own_lo), emit_hi, owner, cols, since=own_lo)
     found += nonfinite(con, fr, emit_lo, emit_hi, owner)
     found += numerics.overflow({k: cols[k] for k in numerics.marker_keys(list(cols))}, emit_lo, emit_hi, owner)
-    found += param_norm_jumps(con, fr, dense, emit_lo, emit_hi, owner)
-    heads = lm_head_keys(keys)
-    leaves = hyperball_leaves(con, fr)
-    watch_keys = sorted(set(heads) | set(leaves))
-    watch = history.frame(con, fr.segments, watch_keys, read_lo, read_hi) if watch_keys else None
+    found += param_norm_jumps(con, fr, dense, emit_lo, emit_hi, owner, cols=cols)
+    leaves = hyperball_leaves(con, fr, keys)
     if leaves:
         refs = refs if refs is not None else hyperball_refs(con, fr, leaves)
+        watch = history.frame(con, fr.segments, [k for k in leaves if k in refs], max(emit_lo - 20 * 10, 0), emit_hi)
         found += hyperball_drift(con, fr, watch, refs, emit_lo, emit_hi, owner)
-    if heads and watch is not None:
-        cols.update({k: v for k, v in split_keys(watch).items() if k in heads})
-    kept = hand_over(found + logit_growth(fr, cols, heads, trends.max_logit_keys(keys), owner))
+    growth = logit_growth(fr, cols, heads, trends.max_logit_keys(keys), owner)
+    if trends_out is not None:
+        trends_out.extend(growth)
+    kept = hand_over(found + growth)
     return [a for a in kept if a.kind != "logit_growth" or episodes.in_range(a, emit_lo, emit_hi, overlap)]

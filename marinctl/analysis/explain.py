@@ -61,17 +61,13 @@ def _finding(con, target: Target, a: dict[str, Any], recipe) -> dict[str, Any]:
     run = target.run_at(a["step"])
     d = dict(a["details"])
     attribution: list[dict[str, Any]] = []
-    if a["kind"] == "param_norm_jump" and d.get("previous_step") is not None:
+    if a["kind"] == "param_norm_jump" and d.get("attribution") is not None:
+        attribution = d.pop("attribution")      # the detector attributed it already
+    elif a["kind"] == "param_norm_jump" and d.get("previous_step") is not None:
         att = att_mod.attribute(con, target.segments, recipe, int(d["previous_step"]), a["step"])
         if att is not None:
-            attribution = att.as_json(8)
-            d["by_module"] = [{"module": r["module"], "label": r["label"], "share": r["share"]} for r in att.by_module[:6]]
-            d["by_layer"] = [{"layer": r["layer"], "label": r["label"], "share": r["share"]} for r in att.by_layer[:6]]
-            d["by_role"] = [{"role": r["role"], "share": r["share"]} for r in att.by_role]
-            d["delta_sq"] = att.total_delta
-            d["logged_delta_sq"] = att.logged_total_delta
-            spanned = max(a["step"] - int(d["previous_step"]), 1)
-            d["steps_spanned"], d["delta_sq_per_step"] = spanned, att.total_delta / spanned
+            d.update(att_mod.evidence(att))
+            attribution = d.pop("attribution")
     if a["kind"] in ("routing_entropy_drop", "router_zloss_jump", "overflow_rise"):
         sub = {"routing_entropy_drop": "routing_entropy", "router_zloss_jump": "router_z_loss",
                "overflow_rise": "capacity_overflow_rate"}[a["kind"]]
