@@ -44,11 +44,18 @@ def _span(d: dict[str, Any]) -> str:
     return ""
 
 
+def rise(x: Any) -> str:
+    """A relative change: '+12.9%', or '×32.2' once it has more than doubled."""
+    if isinstance(x, (int, float)) and x > 1:
+        return f"×{N.sig(1 + x, 3)}"
+    return N.percent(x, 1, signed=True)
+
+
 def _signals(d: dict[str, Any]) -> str:
     parts = []
     for s in d.get("signals", []):
         label = {"lm_head": "lm_head norm", "z_loss": f"z-loss ({s['key']})", "max_logit": s["key"]}.get(s["signal"], s["key"])
-        parts.append(f"{label} {N.percent(s['rise'], 1, signed=True)} (Mann–Kendall p = {N.sig(s['p'], 2)})")
+        parts.append(f"{label} {rise(s['rise'])} (Mann–Kendall p = {N.sig(s['p'], 2)})")
     return "; ".join(parts)
 
 

@@ -17,9 +17,9 @@ logs them. Each step is unremarkable (robust z ≈ 2), so this is a trend test, 
    values against the step) with p < `P_MAX` = 1e-3 for the loss and for at least one logit
    signal, and Theil–Sen slopes for the numbers. Both are rank-based, so noise and single
    spikes do not move them (Sen 1968; Mann 1945).
-3. **window**: the screened blocks form an episode; its start is where the steepest logit
-   signal's Theil–Sen line leaves its pre-episode median (its onset), its end the last step
-   the screen held. Inside that window lm_head drift, lm_head-dominated norm jumps and
+3. **window**: the screened blocks form an episode; its start is the earliest onset among
+   the confirmed logit signals — the block after the last one still within a quarter of the
+   screen's bar of the level before the episode — its end the last step the screen held. Inside that window lm_head drift, lm_head-dominated norm jumps and
    loss rises are this episode, not `optimizer` findings (detectors.scan hands them over).
 
 The finding is `logit_growth` with the window, each signal's rise, slope and p in evidence.
@@ -43,6 +43,7 @@ SIGNAL_RISE = {"lm_head": math.log(1.01), "z_loss": math.log(1.25), "max_logit":
 P_MAX = 1e-3
 MAX_POINTS = 400            # points per series given to the confirmation tests
 CONFIDENCE = {1: 0.7, 2: 0.85, 3: 0.9}
+ONSET_TOL = {name: rise / 4 for name, rise in SIGNAL_RISE.items()}   # a quarter of the screen's bar
 
 CE = "train/cross_entropy_loss"
 Z_LOSS_KEYS = ("train/z_loss", "train/zloss", "train/output_z_loss", "train/aux/z_loss")
@@ -137,13 +138,20 @@ def trend(sig: Signal, lo: int, hi: int) -> dict[str, float] | None:
             "points": int(m.sum())}
 
 
-def _onset(sig: Signal, t: dict[str, float], before_lo: int, lo: int, hi: int) -> int | None:
-    """Where the signal's Theil–Sen line leaves the median of its values before the episode."""
-    pre = sig.y[(sig.steps >= before_lo) & (sig.steps < lo)]
-    if not len(pre) or t["slope"] <= 0:
+def _onset(sig: Signal, block: int, lo: int, first_hit: int) -> int | None:
+    """Where a signal left its level: the first block after the last one (before the first
+    screened block) whose median sits within ONSET_TOL of the level before the episode (the
+    median of the WINDOW_BLOCKS blocks before `lo`)."""
+    meds = block_medians(sig, block)
+    b_lo = lo // block
+    pre = [meds[b] for b in range(b_lo - WINDOW_BLOCKS, b_lo) if b in meds]
+    if not pre:
         return None
-    at = (float(np.median(pre)) - t["intercept"]) / t["slope"]
-    return int(min(max(at, before_lo), hi))
+    level, tol = float(np.median(pre)), ONSET_TOL[sig.name]
+    for b in range(first_hit, b_lo - 1, -1):
+        if b in meds and meds[b] - level <= tol:
+            return (b + 1) * block
+    return lo
 
 
 def logit_growth(loss: Signal | None, others: Sequence[Signal], *, start_after: int, last_step: int,
@@ -167,7 +175,7 @@ def logit_growth(loss: Signal | None, others: Sequence[Signal], *, start_after: 
                 confirmed.append((s, t))
         if not confirmed:
             continue
-        onsets = [o for s, t in confirmed if (o := _onset(s, t, lo - WINDOW_BLOCKS * block, lo, hi)) is not None]
+        onsets = [o for s, _ in confirmed if (o := _onset(s, block, lo, b0)) is not None]
         start = min(onsets) if onsets else lo
         anchor = min((b0 + 1) * block - 1, last_step)
         out.append(_finding(loss, lt, confirmed, start, hi, anchor, block, owner, metric))

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from marinctl import numbers as N
 from marinctl.analysis.chart_data import Marker
+from marinctl.analysis.explanations import rise
 from marinctl.text import inert
 
 
@@ -82,7 +83,7 @@ def _finding_lines(i: int, f: dict[str, Any]) -> list[str]:
         lines.append(f"   window steps {N.count(ev.get('start'))}–{N.count(ev.get('end'))}: loss "
                      f"{N.percent(ev.get('loss_rise'), 1, signed=True)} (Mann–Kendall p {N.sig(ev.get('loss_p'), 2)})")
         for s in ev.get("signals", []):
-            lines.append(f"   {_t(s['key'])}: {N.percent(s['rise'], 1, signed=True)} over the window"
+            lines.append(f"   {_t(s['key'])}: {rise(s['rise'])} over the window"
                          f" (Theil–Sen {N.sig(s['slope_per_1k'], 3)} log/1k steps, p {N.sig(s['p'], 2)})")
     if f.get("attribution") and f["kind"] != "param_norm_jump":
         lines.append("   by layer: " + " · ".join(f"{_t(a['name'])} {N.percent(a['share'], 0)}" for a in f["attribution"][:4]))
