@@ -43,16 +43,19 @@ def keys_with_prefix(con: Connection, prefix: str, exclude: Sequence[str] = ()) 
     return [r[0] for r in rows if r[0] not in skip]
 
 
-def first_values(con: Connection, segments: Sequence[Segment], keys: Sequence[str]) -> dict[str, tuple[int, float]]:
-    """Each key's first finite (step, value) over the segments (keys never logged are absent)."""
+def first_values(con: Connection, segments: Sequence[Segment], keys: Sequence[str],
+                 below: int | None = None) -> dict[str, tuple[int, float]]:
+    """Each key's first finite (step, value) over the segments (keys never logged are absent);
+    with `below`, only steps below it are read (a bounded scan; a key first logged later is absent)."""
     ids = key_ids(con, keys)
     if not ids:
         return {}
     where, params = _on_m(segments)
     rows = con.execute(
         f"SELECT k.key, min(m.step), arg_min(m.value, m.step) FROM metrics m JOIN metric_keys k USING (key_id)"
-        f" WHERE m.key_id IN ({','.join('?' * len(ids))}) AND isfinite(m.value) AND {where} GROUP BY k.key",
-        [*ids.values(), *params]).fetchall()
+        f" WHERE m.key_id IN ({','.join('?' * len(ids))}) AND isfinite(m.value) AND {where}"
+        + (" AND m.step < ?" if below is not None else "") + " GROUP BY k.key",
+        [*ids.values(), *params, *([below] if below is not None else [])]).fetchall()
     return {k: (int(s), float(v)) for k, s, v in rows if v is not None}
 
 
@@ -67,14 +70,14 @@ def nonfinite(con: Connection, segments: Sequence[Segment], lo: int, hi: int | N
     return [(k, int(s), int(n), v) for k, s, n, v in rows]
 
 
-def sampled(con: Connection, run_pk: int, key: str, upto: int, every: int) -> list[tuple[int, float]]:
-    """A run's own (step, value) of `key` at every `every`-th step up to `upto`, and at `upto`."""
+def sampled(con: Connection, run_pk: int, key: str, upto: int, every: int, lo: int = 0) -> list[tuple[int, float]]:
+    """A run's own (step, value) of `key` at every `every`-th step in [lo, upto], and at `upto`."""
     kid = key_id(con, key)
     if kid is None:
         return []
     rows = con.execute(
-        f"SELECT step, value FROM metrics WHERE run_pk = ? AND key_id = ? AND step <= ?"
-        f" AND (step % {int(every)} = 0 OR step = ?) ORDER BY step", [run_pk, kid, upto, upto]).fetchall()
+        f"SELECT step, value FROM metrics WHERE run_pk = ? AND key_id = ? AND step BETWEEN ? AND ?"
+        f" AND (step % {int(every)} = 0 OR step = ?) ORDER BY step", [run_pk, kid, lo, upto, upto]).fetchall()
     return [(int(s), float(v)) for s, v in rows]
 
 
