@@ -382,3 +382,26 @@ def test_remote_summary_is_the_runs_own_summary(cli, remote_nested):
     summary = cli_json(cli, "show", "synthetic-nested-remote", "--json")["summary"]
     assert summary["train/loss"] == 42.0 and summary["note"] == "a string"
     assert flatten(summary)["train.loss"] == 1029.0
+
+
+INTERRUPTED = textwrap.dedent('''
+    import sys, wandb
+    out = sys.argv[1]
+    run = wandb.init(mode="offline", dir=out, project="mirror-synthetic", id="interrupted-synthetic",
+                     settings=wandb.Settings(x_disable_stats=True, console="off", silent=True))
+    for i in range(20):
+        run.log({"loss": 5.0 - i * 1e-2}, step=i)
+    run.finish(exit_code=255)      # what the SDK's hook (and repro/demo on Ctrl-C) records for an interrupted run
+''')
+
+
+def test_an_interrupted_run_is_killed_not_finished(tmp_path, cli):
+    """Issue 14 #6: a run stopped by Ctrl-C carries exit code 255 in its exit record; W&B shows it as
+    killed, so marinctl does too (and never as finished or failed)."""
+    out = tmp_path / "interrupted"
+    out.mkdir()
+    subprocess.run([sys.executable, "-c", INTERRUPTED, str(out)], env=sdk_env(), cwd=out, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    run_cli(cli, "sync", str(out / "wandb"))
+    state = next(r for r in cli_json(cli, "runs", "--json") if r["run"] == "interrupted-synthetic")["state"]
+    assert state == "killed"

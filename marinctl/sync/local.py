@@ -37,9 +37,10 @@ CRASH_AFTER = 600.0
 
 
 def state_for(exit_code: int | None, mtime: float, now: float) -> str:
-    """A local run's state from its exit record, else from how long ago its file was written."""
+    """A local run's state from its exit record, else from how long ago its file was written.
+    Exit code 255 is an interrupted run (the SDK's code for Ctrl-C / SIGTERM): 'killed', as W&B shows it."""
     if exit_code is not None:
-        return "finished" if exit_code == 0 else "failed"
+        return "finished" if exit_code == 0 else "killed" if exit_code == 255 else "failed"
     age = now - mtime
     if age >= CRASH_AFTER:
         return "crashed"
