@@ -21,12 +21,13 @@ from urllib.parse import urlparse
 
 import httpx
 import orjson
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
+from tenacity import Retrying, retry_if_exception_type
 
 from marinctl import __version__
 from marinctl.domain import RunInfo
 from marinctl.errors import RuntimeFailure, UserError
-from marinctl.sources.http import Pacer, Retryable, RetryWait, server_wait
+from marinctl.sources.http import (Pacer, Retryable, RetryStop, RetryWait, announce, network_failure, say_retry,
+                                   server_wait)
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 CLOUD_HOSTS = ("api.wandb.ai", "api.forge.coreweave.com")
@@ -153,11 +154,12 @@ class WandbClient:
     def _post_once(self, query: str, variables: dict[str, Any]) -> dict[str, Any]:
         self._pacer.wait()
         self.requests += 1
+        announce("W&B", self.base_url)
         t0 = time.perf_counter()
         try:
             resp = self._client.post(f"{self.base_url}/graphql", json={"query": query, "variables": variables})
         except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
-            raise Retryable(f"{type(exc).__name__} talking to {self.base_url}") from exc
+            raise Retryable(network_failure(exc, self.base_url)) from exc
         finally:
             self.http_seconds += time.perf_counter() - t0
         if resp.status_code == 429:
@@ -192,7 +194,8 @@ class WandbClient:
         retrying = Retrying(
             retry=retry_if_exception_type(Retryable),
             wait=RetryWait(),
-            stop=stop_after_attempt(self._max_attempts),
+            stop=RetryStop(self._max_attempts),
+            before_sleep=say_retry("W&B", self.base_url, self._max_attempts),
             reraise=True,
         )
         try:
@@ -334,7 +337,8 @@ class WandbClient:
                 self.http_seconds += time.perf_counter() - t0
 
         retrying = Retrying(retry=retry_if_exception_type(Retryable), wait=RetryWait(),
-                            stop=stop_after_attempt(self._max_attempts), reraise=True)
+                            stop=RetryStop(self._max_attempts), reraise=True,
+                            before_sleep=say_retry("the W&B history export", "its storage URL", self._max_attempts))
         try:
             return retrying(once)
         except Retryable as exc:

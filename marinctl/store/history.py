@@ -54,8 +54,13 @@ def keys_with_prefix(con: Connection, prefix: str, exclude: Sequence[str] = ()) 
     return [r[0] for r in rows if r[0] not in skip]
 
 
-def first_values(con: Connection, segments: Sequence[Segment], keys: Sequence[str]) -> dict[str, tuple[int, float]]:
-    """Each key's first finite (step, value) over the segments (keys never logged are absent)."""
+def first_values(con: Connection, segments: Sequence[Segment], keys: Sequence[str],
+                 below: int | None = None) -> dict[str, tuple[int, float]]:
+    """Each key's first finite (step, value) over the segments (keys never logged are absent);
+    with `below`, only steps below it are read (a bounded scan; a key first logged later is absent)."""
+    if below is not None:
+        segments = [(pk, a, below if b is None else min(b, below)) for pk, a, b in segments]
+        segments = [(pk, a, b) for pk, a, b in segments if a is None or a < b]
     ids = scan.key_ids(con, keys)
     if not ids or not segments:
         return {}
@@ -113,9 +118,9 @@ def nonfinite(con: Connection, segments: Sequence[Segment], lo: int, hi: int | N
     return [(k, int(s), int(n), v) for k, s, n, v in rows]
 
 
-def sampled(con: Connection, run_pk: int, key: str, upto: int, every: int) -> list[tuple[int, float]]:
-    """A run's own (step, value) of `key` at every `every`-th step up to `upto`, and at `upto`."""
-    steps, values = scan.arrays(con, [(run_pk, None, upto + 1)], key)
+def sampled(con: Connection, run_pk: int, key: str, upto: int, every: int, lo: int = 0) -> list[tuple[int, float]]:
+    """A run's own (step, value) of `key` at every `every`-th step in [lo, upto], and at `upto`."""
+    steps, values = scan.arrays(con, [(run_pk, lo, upto + 1)], key)
     keep = (steps % int(every) == 0) | (steps == upto)
     return [(int(s), float(v)) for s, v in zip(steps[keep], values[keep])]
 

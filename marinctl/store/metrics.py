@@ -271,6 +271,11 @@ def export_batches(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], 
     return scan.export(con, segments, keys, rows_per_batch)
 
 
+def export_table(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], keys: Sequence[str] | None) -> pa.Table:
+    """`export_batches` as one Arrow table (for small ranges: a step or a window)."""
+    return pa.Table.from_batches(list(export_batches(con, segments, keys)), schema=scan.EXPORT)
+
+
 def export_parquet(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], keys: Sequence[str] | None,
                    path) -> int:
     """`export_batches` written to a parquet file as they stream; returns rows written."""

@@ -23,7 +23,6 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pyarrow.types as pt
 
@@ -110,6 +109,8 @@ class PartFile:
             if len(steps) == 0:
                 lo = hi = 0
             else:
+                import pyarrow.compute as pc   # only for a file without statistics
+
                 mm = pc.min_max(steps)
                 lo, hi = int(mm["min"].as_py()), int(mm["max"].as_py()) + 1
         return Footer(lo, hi, self.num_rows, dict(self.keys))
@@ -135,7 +136,7 @@ class PartFile:
             with self.lock:
                 steps = self.file.read_row_group(g, columns=[STEP]).column(0)
             keep = np.asarray(steps.is_valid()) if steps.null_count else np.ones(len(steps), bool)
-            steps = steps.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+            steps = (steps.fill_null(0) if steps.null_count else steps).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
             if a is not None:
                 keep &= steps >= a
             if b is not None:
@@ -172,11 +173,11 @@ def values(table: pa.Table, col: Column) -> tuple[np.ndarray, np.ndarray]:
     top, path = col
     arr = table.column(top)
     arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
-    valid = np.asarray(arr.is_valid()) if arr.null_count else None
+    valid = _valid(arr) if arr.null_count else None
     for name in path:
-        arr = pc.struct_field(arr, [name])
+        arr = arr.field(name)   # a nested key's leaf (the struct's own nulls are in `valid`)
         if arr.null_count:
-            v = np.asarray(arr.is_valid())
+            v = _valid(arr)
             valid = v if valid is None else (valid & v)
     if not pt.is_float64(arr.type):
         arr = arr.cast(pa.float64())
@@ -184,6 +185,13 @@ def values(table: pa.Table, col: Column) -> tuple[np.ndarray, np.ndarray]:
     if valid is None:
         valid = np.ones(len(vals), bool)
     return vals, valid
+
+
+def _valid(arr: pa.Array) -> np.ndarray:
+    """An array's validity bitmap as booleans (NumPy: `is_valid()` would import pyarrow.compute,
+    a tenth of a second `explain` does not pay)."""
+    bits = np.frombuffer(arr.buffers()[0], np.uint8)
+    return np.unpackbits(bits, bitorder="little")[arr.offset:arr.offset + len(arr)].astype(bool)
 
 
 _OPEN: "OrderedDict[str, PartFile]" = OrderedDict()

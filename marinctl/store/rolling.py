@@ -21,7 +21,6 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from marinctl.store import Connection
 
@@ -76,7 +75,7 @@ class _ByKey:
 
 def _codes(chunk: pa.Array) -> tuple[list[str], np.ndarray]:
     """(key names, each row's index into them) of one chunk of a frame's key column."""
-    enc = chunk if pa.types.is_dictionary(chunk.type) else pc.dictionary_encode(chunk)
+    enc = chunk if pa.types.is_dictionary(chunk.type) else chunk.dictionary_encode()
     return enc.dictionary.to_pylist(), enc.indices.to_numpy(zero_copy_only=False)
 
 
@@ -123,11 +122,13 @@ def _chunks(rows: pa.Table, overlap: int, size: int | None = None) -> Iterator[t
 
 
 def _finite(t: pa.Table):
-    return pc.is_finite(t["value"])
+    return pa.array(np.isfinite(t["value"].to_numpy()))
 
 
 def _positive(t: pa.Table):
-    return pc.and_(pc.is_finite(t["value"]), pc.greater(t["value"], 0))
+    v = t["value"].to_numpy()
+    with np.errstate(invalid="ignore"):
+        return pa.array(np.isfinite(v) & (v > 0))
 
 
 def robust_z(con: Connection, data: pa.Table, specs: Sequence[tuple[str, str, int, float, float]],
@@ -207,24 +208,35 @@ def rate_drops(con: Connection, data: pa.Table, key: str, *, invert: bool, recen
 
 
 def gaps(con: Connection, data: pa.Table, key: str, *, window: int, factor: float, min_seconds: float,
-         lo: int, hi: int | None) -> list[tuple[int, int, float | None, float | None]]:
-    """(step, previous step, Δvalue, trailing median Δvalue) where steps skip, or where `key`
-    (a wall clock) jumped more than max(factor × its median step time, min_seconds)."""
+         lo: int, hi: int | None, since: int = 0) -> list[tuple[int, int, float | None, float | None, float | None]]:
+    """(step, previous step, Δvalue, trailing median Δvalue, median step interval) where the
+    steps skip at least two of the frame's usual logging intervals (a run logging every 10
+    steps skips 10 every row: that is its interval, not a gap), or where `key` (a wall
+    clock) jumped more than max(factor × its median Δ per row, min_seconds). Rows before `since`
+    are not read (a fork child's own steps start after its parent's)."""
     until, extra = _until(hi)
+    rows = _rows_of(data, key)
+    if since:
+        rows = rows.filter(pa.array(rows["step"].to_numpy() >= since))
+    steps = rows.column("step").to_numpy()
+    # the usual logging interval is a median over all of the key's rows, not one chunk's
+    med_ds = float(np.median(np.diff(steps))) if len(steps) > 1 else None
     out: list[tuple] = []
-    for chunk, own in _chunks(_rows_of(data, key), int(window) + 1):
+    for chunk, own in _chunks(rows, int(window) + 1):
         with _Frame(con, _det_data=chunk):
             out += con.execute(f"""
                 WITH t AS (SELECT step, value AS ts, lag(step) OVER (ORDER BY step) AS prev_step, lag(value) OVER (ORDER BY step) AS prev_ts
                            FROM _det_data WHERE key = ?),
-                w AS (SELECT *, ts - prev_ts AS dt,
-                             median(ts - prev_ts) OVER (ORDER BY step ROWS BETWEEN {int(window)} PRECEDING AND 1 PRECEDING) AS med_dt
+                w AS (SELECT *, ts - prev_ts AS dt, step - prev_step AS ds,
+                             median(ts - prev_ts) OVER (ORDER BY step ROWS BETWEEN {int(window)} PRECEDING AND 1 PRECEDING) AS med_dt,
+                             ?::DOUBLE AS med_ds
                       FROM t)
-                SELECT step, prev_step, dt, med_dt FROM w
+                SELECT step, prev_step, dt, med_dt, med_ds FROM w
                 WHERE prev_step IS NOT NULL AND step >= ? {until} AND {own}
-                  AND (step - prev_step > 1 OR (dt > greatest({float(factor)} * coalesce(med_dt, 0), {float(min_seconds)})))
+                  AND ((ds > 1 AND ds >= 2 * coalesce(med_ds, 1))
+                       OR (dt > greatest({float(factor)} * coalesce(med_dt, 0), {float(min_seconds)})))
                 ORDER BY step
-            """, [key, lo, *extra]).fetchall()
+            """, [key, med_ds, lo, *extra]).fetchall()
     return out
 
 
@@ -287,22 +299,50 @@ def _crossings_of(batch: pa.RecordBatch, refs: dict[str, float], rel: float, lo:
 
 
 def log_change_z(con: Connection, data: pa.Table, key: str, *, window: int, min_points: int, min_change: float,
-                 bar: float, lo: int, hi: int | None) -> list[tuple[int, int, float, float, float, float]]:
-    """(step, previous step, value, Δlog, median Δlog, z) where a key's change in log between
-    logged points has |robust z| > bar over the previous `window` changes and |Δlog| > min_change."""
+                 bar: float, lo: int, hi: int | None, per_step: bool = False) -> list[tuple[int, int, float, float, float, float]]:
+    """(step, previous step, value, Δlog, median change, z) where a key's change in log between
+    logged points has |robust z| > bar over the previous `window` changes and |Δlog| > min_change.
+
+    With `per_step` the change scored is Δlog divided by the steps it spans (and the median is
+    per step too): a delta across a logging gap or a restart is judged as that many steps of
+    change, not as one jump."""
     until, extra = _until(hi)
+    rate = "d / (step - prev_step)" if per_step else "d"
     out: list[tuple] = []
     for chunk, own in _chunks(_rows_of(data, key, _positive), int(window) + 1):
         with _Frame(con, _det_data=chunk):
             out += con.execute(f"""
                 WITH x AS (SELECT step, value, ln(value) - lag(ln(value)) OVER (ORDER BY step) AS d, lag(step) OVER (ORDER BY step) AS prev_step
                            FROM _det_data WHERE key = ? AND isfinite(value) AND value > 0),
-                w AS (SELECT *, median(d) OVER win AS med, mad(d) OVER win AS dev, count(d) OVER win AS n
-                      FROM x WINDOW win AS (ORDER BY step ROWS BETWEEN {int(window)} PRECEDING AND 1 PRECEDING))
-                SELECT step, prev_step, value, d, med, 0.6745 * (d - med) / greatest(dev, 1e-9) AS z FROM w
+                r AS (SELECT *, {rate} AS c FROM x),
+                w AS (SELECT *, median(c) OVER win AS med, mad(c) OVER win AS dev, count(c) OVER win AS n
+                      FROM r WINDOW win AS (ORDER BY step ROWS BETWEEN {int(window)} PRECEDING AND 1 PRECEDING))
+                SELECT step, prev_step, value, d, med, 0.6745 * (c - med) / greatest(dev, 1e-9) AS z FROM w
                 WHERE n >= {int(min_points)} AND d IS NOT NULL AND abs(d) > {float(min_change)}
-                  AND abs(0.6745 * (d - med) / greatest(dev, 1e-9)) > {float(bar)}
+                  AND abs(0.6745 * (c - med) / greatest(dev, 1e-9)) > {float(bar)}
                   AND step >= ? {until} AND {own}
                 ORDER BY step
             """, [key, lo, *extra]).fetchall()
     return out
+
+
+def by_key(con: Connection, data: pa.Table) -> dict[str, tuple[Any, Any]]:
+    """A long (key, step, value) frame as {key: (steps, values)} numpy arrays in step order.
+
+    One sort in DuckDB; analysis then walks each key's rows without pyarrow.compute (whose
+    import alone costs explain a tenth of a second)."""
+    import numpy as np
+
+    if not data.num_rows:
+        return {}
+    with _Frame(con, _det_data=data):
+        names = [r[0] for r in con.execute("SELECT DISTINCT key FROM _det_data ORDER BY key").fetchall()]
+        res = con.execute("""
+            SELECT k.i, d.step, d.value FROM _det_data d
+            JOIN (SELECT key, (row_number() OVER (ORDER BY key) - 1)::INTEGER AS i FROM (SELECT DISTINCT key FROM _det_data)) k USING (key)
+            ORDER BY k.i, d.step""").fetchnumpy()
+    idx = np.asarray(res["i"])
+    steps = np.asarray(res["step"], dtype=np.int64)
+    values = np.asarray(res["value"], dtype=np.float64)
+    cuts = np.flatnonzero(np.r_[True, idx[1:] != idx[:-1], True])
+    return {names[int(idx[a])]: (steps[a:b], values[a:b]) for a, b in zip(cuts[:-1], cuts[1:])}

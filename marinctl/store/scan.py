@@ -311,7 +311,7 @@ def _part_sorted(p: Piece, keys, ids, rows_per_batch: int) -> Iterator[pa.Record
             table = pa.Table.from_batches([rb])
             col = table.column(0)
             keep = np.asarray(col.is_valid()) if col.null_count else np.ones(len(col), bool)
-            steps = col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+            steps = (col.fill_null(0) if col.null_count else col).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
             keep &= (steps >= p.a) & (steps < p.b)
             if not keep.any():
                 continue

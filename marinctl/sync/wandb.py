@@ -14,9 +14,13 @@ is computed once); the live tail comes as JSON history windows into the long tab
 Rewinds and forks: when W&B's `lastStep` goes backwards, or the `_timestamp` of the last
 step we stored no longer matches what W&B serves, history was rewritten; we walk back (two
 keys per row) to the first step that differs, forget everything from there — long rows
-deleted, parts clipped — and re-sync from it. A part file that went missing sends the
-watermark back to its first step the same way. Fork children are stored only from
-`fork_step + 1` (they inherit the rest from their parent; see store/lineage.py).
+deleted, parts clipped — re-sync from it, record the `rewind` (an anomaly every detection pass
+keeps) and move detection back to just before it. A part file that went missing sends the
+watermark back to its first step the same way. Fork children are stored from `fork_step` on —
+every row they logged themselves; W&B also serves the parent's rows below (and, for a child
+that did not log it, at) the fork step, which stay the parent's (see store/lineage.py). A
+finished run whose state, last step and heartbeat are unchanged since it was fully mirrored
+costs its one metadata request and nothing more.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from marinctl.domain import Progress, RunInfo
+from marinctl.domain import Anomaly, Progress, RunInfo
 from marinctl.errors import RuntimeFailure, UserError
 from marinctl.sources import wandb_parquet
 from marinctl.sources.wandb import WandbClient
@@ -91,6 +95,7 @@ def sync_run(store: Store, client: WandbClient, run: RunInfo, *, progress: Progr
              use_parquet: bool = True) -> RunSyncResult:
     """Bring one run's metadata and history up to date; safe to interrupt at any point."""
     with store.transaction() as con:
+        before = runs.sync_facts(con, run.uid)
         run_pk = runs.upsert_run(con, run)
         last_step = runs.last_step(con, run_pk)
         mark = state.history_mark(con, run.uid)
@@ -101,10 +106,10 @@ def sync_run(store: Store, client: WandbClient, run: RunInfo, *, progress: Progr
             mark = min(mark, lost) if mark is not None else lost
             state.set_history_mark(con, run.uid, mark)
         parts.collect_garbage(con, run.uid)   # files a killed sync left, or parts just dropped
-    floor = (run.fork_step + 1) if run.fork_step is not None else 0
+    floor = run.fork_step if run.fork_step is not None else 0
     remote_last = run.remote_last_step
     result = RunSyncResult(run=run.run_id, uid=run.uid, rows_added=0, first_step=None, last_step=last_step)
-    if remote_last is None or remote_last < floor:
+    if remote_last is None or remote_last < floor or _finished_and_mirrored(before, run, mark):
         return result
 
     fetch = _history_of(client, run)
@@ -114,6 +119,8 @@ def sync_run(store: Store, client: WandbClient, run: RunInfo, *, progress: Progr
             with store.transaction() as con:
                 metrics.delete_from(con, run_pk, start)
                 anomalies.clear(con, run_pk, start)
+                anomalies.insert(con, [_rewind(run_pk, start, last_step)])   # both detection passes keep it
+                state.rewind_detection(con, run.uid, start)
                 last_step = runs.refresh_last_step(con, run_pk)
                 state.set_history_mark(con, run.uid, start)
                 parts.collect_garbage(con, run.uid)
@@ -121,6 +128,8 @@ def sync_run(store: Store, client: WandbClient, run: RunInfo, *, progress: Progr
             result.rewound_from = start
 
     start = max(floor, mark if mark is not None else (last_step + 1 if last_step is not None else floor))
+    if run.fork_step is not None and start == run.fork_step and _inherited_at_fork(store, fetch, run):
+        start += 1
     total = remote_last + 1 - start
     if progress:
         progress(run.run_id, 0, max(total, 0))
@@ -298,6 +307,33 @@ class _Windows:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+
+
+def _rewind(run_pk: int, start: int, stored_to: int) -> Anomaly:
+    """The record of a W&B rewind the sync saw: history from `start` was rewritten."""
+    return Anomaly(run_pk, start, "_step", "rewind", float(max(stored_to - start + 1, 0)), "infrastructure",
+                   {"previously_detected_to": stored_to, "rewound_from": start})
+
+
+def _finished_and_mirrored(before: dict | None, run: RunInfo, mark: int | None) -> bool:
+    """Nothing can have changed: finished before and now, same last step and heartbeat, all fetched."""
+    return (before is not None and before["state"] == "finished" == run.state and mark is not None
+            and run.remote_last_step is not None and mark > run.remote_last_step
+            and before["remote_last_step"] == run.remote_last_step and before["heartbeat_at"] == run.heartbeat_at)
+
+
+def _inherited_at_fork(store: Store, fetch, run: RunInfo) -> bool:
+    """Is the row W&B serves for a fork child at its fork step its parent's (the child did not
+    log that step itself)? It is when it holds exactly the values the parent stored there."""
+    with store.connect() as con:
+        parent_pk = runs.pk_of(con, f"{run.entity}/{run.project}/{run.fork_parent}")
+        if parent_pk is None:
+            return False   # the parent is not mirrored: we cannot tell, so the row is kept
+        theirs = metrics.export_table(con, [(parent_pk, run.fork_step, run.fork_step + 1)], None)
+    served = batch_from_rows(fetch(run.fork_step, run.fork_step + 1))
+    parent, child = (dict(zip(t.column("key").to_pylist(), t.column("value").to_pylist())) for t in (theirs, served))
+    return bool(parent) and parent.keys() == child.keys() and all(
+        _same(v, child[k]) or (v != v and child[k] != child[k]) for k, v in parent.items())
 
 
 def _history_of(client: WandbClient, run: RunInfo) -> Callable[[int, int], list[dict[str, Any]]]:
