@@ -306,42 +306,6 @@ def test_crossings_walk_batches_as_one_frame():
             assert want and same(rolling.crossings(None, frame(ordered), refs, 0.01, lo, hi), want), (ordered, lo, hi)
 
 
-def _load_as_parts(store, runs, work: Path, *, tail: int = 40, per_file: int = 150) -> dict[str, int]:
-    """tests/fakes/load.py's `load_into_store`, but each run's history except its last `tail`
-    steps is kept as parquet parts (written as the W&B fake exports them), as a sync stores it."""
-    import shutil
-
-    from marinctl.store import metrics as M
-    from marinctl.store import parts
-    from marinctl.store import runs as runs_mod
-    from tests.fakes.load import long_table, run_info
-    from tests.fakes.wandb_history import HistoryView
-
-    view, root, pks = HistoryView({r.run_id: r for r in runs}), parts.root_for(store.path), {}
-    for run in runs:
-        with store.transaction() as con:
-            pks[run.run_id] = pk = runs_mod.upsert_run(con, run_info(run))
-        first, last = int(run.steps()[0]), int(run.steps()[-1])
-        cut = max(first, last + 1 - tail)
-        # a fork child's export also holds the parent's rows before the fork: used from `first` on
-        files = [(f, parts.read_footer(f)) for f in view.write_parquet(run, cut, work / run.run_id, per_file)]
-        files = [(f, footer) for f, footer in files if footer.num_rows and footer.file_hi > first]
-        lo = first
-        for i, (f, _) in enumerate(files):
-            dest = parts.new_file(root, run_info(run).uid)
-            shutil.copy(f, dest)
-            hi = max(lo, files[i + 1][1].file_lo if i + 1 < len(files) else cut)
-            with store.transaction() as con:
-                part = parts.facts(dest, lo, hi)
-                parts.register(con, pk, dest, part)
-                runs_mod.raise_last_step(con, pk, part.last_step)
-            lo = hi
-        with store.transaction() as con:
-            M.replace_range(con, pk, long_table(run, cut, last + 1), cut, last + 1)
-            runs_mod.raise_last_step(con, pk, last)
-    return pks
-
-
 def test_lineage_and_ladder_read_the_same_from_parts(cli, tmp_path):
     """The watch fixture's SYNTHETIC hero fork chain and ladder rungs, stored once as long rows and
     once as parts + a long tail: `ladder`, `show`, `plot` and `export` of the stitched leaf, and
@@ -349,14 +313,14 @@ def test_lineage_and_ladder_read_the_same_from_parts(cli, tmp_path):
     import asyncio
 
     from marinctl.store import Store
-    from tests.fakes.load import load_into_store
+    from tests.fakes.load import load_as_parts, load_into_store
     from tests.fakes.synth import hero_lineage, ladder_runs
     from tests.watch_pilot import open_watch, run_test, settle
 
     runs = hero_lineage(200) + ladder_runs(200)
     homes = {"long": tmp_path / "long", "parts": tmp_path / "parts"}
     load_into_store(Store(homes["long"] / "marinctl.duckdb"), runs)
-    _load_as_parts(Store(homes["parts"] / "marinctl.duckdb"), runs, tmp_path / "export")
+    load_as_parts(Store(homes["parts"] / "marinctl.duckdb"), runs, tmp_path / "export", tail=40, per_file=150)
     leaf = runs[len(hero_lineage(200)) - 1].run_id
     assert _sql(cli, homes["parts"], "SELECT count(DISTINCT run_pk) FROM history_parts")[0][0] == str(len(runs))
 
