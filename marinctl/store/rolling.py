@@ -1,4 +1,4 @@
-"""Windowed statistics over a long frame (key, step, value), computed by DuckDB.
+"""Windowed statistics over a long frame (key, step, value): medians and MADs by DuckDB, lags by NumPy.
 
 Analysis decides what is anomalous; these functions only compute trailing medians, MADs,
 gaps and crossings over a frame that store/history.py read, and return the rows that pass
@@ -11,7 +11,8 @@ outside `memory_limit` (one 1.07 GB allocation for a 400k-step run's spike keys)
 query here sees at most `CHUNK_ROWS` rows (plus the window's own look-back): each key's rows,
 filtered as the query filters them, are cut into chunks that carry the `overlap` rows the
 window needs before them, and each chunk reports only its own rows — results identical to
-one query over the whole frame (tests/test_parts.py checks it).
+one query over the whole frame (tests/test_parts.py checks it). Hyperball crossings need only
+a lag, so NumPy walks that frame (the largest: every leaf) one record batch at a time.
 """
 
 from __future__ import annotations
