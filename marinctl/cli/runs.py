@@ -114,11 +114,8 @@ def export(
                                 "list keys with `marinctl sql \"SELECT key FROM metric_keys\"`")
         if fmt == "parquet":
             out.parent.mkdir(parents=True, exist_ok=True)
-            import pyarrow.parquet as pq
-
-            table = metrics.export_table(con, target.segments, key_list)
-            pq.write_table(table, str(out))
-            output.info(f"wrote {table.num_rows:,} rows of {target.name} to {out}")
+            rows = metrics.export_parquet(con, target.segments, key_list, out)   # streamed: bounded memory
+            output.info(f"wrote {rows:,} rows of {target.name} to {out}")
             return
         reader = metrics.export_batches(con, target.segments, key_list, 100_000)
         fh = open(out, "w", newline="") if out else sys.stdout

@@ -73,7 +73,9 @@ def raise_last_step(con: Connection, run_pk: int, step: int) -> None:
 
 def refresh_last_step(con: Connection, run_pk: int) -> int | None:
     """Recompute `last_step` from the stored history (after a rewind deleted some of it)."""
-    last = first(con.execute("SELECT max(step) FROM metrics WHERE run_pk = ?", [run_pk]))[0]
+    from marinctl.store import scan  # parquet parts and long rows alike (issue 13 #7)
+
+    last = scan.step_range(con, [(run_pk, None, None)])[1]
     con.execute("UPDATE runs SET last_step = ? WHERE run_pk = ?", [last, run_pk])
     return last
 

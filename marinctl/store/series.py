@@ -1,18 +1,21 @@
 """Reads behind the views: which keys hold data, step ranges, newest values, markers, run rows.
 
 The chart grid, the header, explain's context and the sidebar ask these small questions many
-times a second while `watch` is up. Each is one key-filtered query, so DuckDB's zone maps skip
-the row groups of other keys and runs even at hero scale (84M values). Whole series and
-envelopes come from `store.metrics` (`series`, `downsample_many`).
+times a second while `watch` is up. Each is answered from the facts stored per parquet part
+(store/parts.py) where a part is read whole, and from one key-filtered query of the long rows,
+whose zone maps skip the row groups of other keys and runs even at hero scale. Whole series
+and envelopes come from `store.metrics` (`series`, `downsample_many`).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import duckdb
 
 from marinctl.store import metrics as M
+from marinctl.store import scan
 from marinctl.store.metrics import Segment
 
 
@@ -20,15 +23,23 @@ def _marks(items: Sequence[Any]) -> str:
     return ",".join("?" * len(items))
 
 
+def _ids(ids) -> str:
+    return ",".join(str(int(i)) for i in ids)
+
+
 def keys_with_data(con: duckdb.DuckDBPyConnection, run_pks: Sequence[int], keys: Sequence[str]) -> set[str]:
-    """Those of `keys` that these runs logged at least once (a LIMIT 1 probe per key: a few ms each)."""
+    """Those of `keys` that these runs logged at least once (parts' key lists, then a LIMIT 1 probe per key)."""
     ids = M.key_ids(con, keys)
     if not ids or not run_pks:
         return set()
+    in_parts = {r[0] for r in con.execute(
+        f"SELECT DISTINCT key_id FROM part_keys WHERE key_id IN ({_ids(ids.values())}) AND part_id IN"
+        f" (SELECT part_id FROM history_parts WHERE run_pk IN ({_ids(run_pks)}))").fetchall()}
     present = set()
     for key, kid in ids.items():
-        if con.execute(f"SELECT 1 FROM metrics WHERE key_id = ? AND run_pk IN ({_marks(run_pks)}) LIMIT 1",
-                       [kid, *run_pks]).fetchall():
+        if kid in in_parts or con.execute(
+                f"SELECT 1 FROM metrics WHERE key_id = ? AND run_pk IN ({_marks(run_pks)}) LIMIT 1",
+                [kid, *run_pks]).fetchall():
             present.add(key)
     return present
 
@@ -39,10 +50,26 @@ def key_step_range(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment],
     ids = list(M.key_ids(con, keys).values())
     if not ids or not segments:
         return None, None
-    where, params = M.segment_filter(segments)
-    row = con.execute(f"SELECT min(step), max(step) FROM metrics WHERE key_id IN ({_marks(ids)}) AND {where}",
-                      [*ids, *params]).fetchall()[0]
-    return row[0], row[1]
+    los, his = [], []
+    pieces = scan.pieces(con, segments)
+    stored = scan.part_facts(con, [p for p in pieces if p.whole], ids, "first_step, last_step")
+    for p in pieces:
+        if p.whole:
+            rows = stored.get(p.part_id, [])
+            los += [r[1] for r in rows]
+            his += [r[2] for r in rows]
+        else:
+            with scan.relation(con, [(p.run_pk, p.a, p.b)], keys) as rel:
+                lo, hi = con.execute(f"SELECT min(step), max(step) FROM {rel}").fetchall()[0]
+            if lo is not None:
+                los.append(lo)
+                his.append(hi)
+    lo, hi = con.execute(f"SELECT min(step), max(step) FROM metrics WHERE key_id IN ({_ids(ids)})"
+                         f" AND {scan.long_where(segments)}").fetchall()[0]
+    if lo is not None:
+        los.append(lo)
+        his.append(hi)
+    return (int(min(los)), int(max(his))) if los else (None, None)
 
 
 def last_values(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], keys: Sequence[str],
@@ -52,12 +79,30 @@ def last_values(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], key
     if not ids or not segments:
         return {}
     names = {v: k for k, v in ids.items()}
-    where, params = M.segment_filter(segments)
-    rows = con.execute(
-        f"SELECT key_id, max(step), arg_max(value, step) FROM metrics WHERE key_id IN ({_marks(ids)})"
-        f" AND isfinite(value) AND step >= ? AND {where} GROUP BY key_id",
-        [*ids.values(), since if since is not None else -(2 ** 62), *params]).fetchall()
-    return {names[k]: (int(s), float(v)) for k, s, v in rows}
+    best: dict[int, tuple[int, float]] = {}
+
+    def offer(kid, step, value) -> None:
+        if step is not None and value is not None and (kid not in best or step > best[kid][0]):
+            best[kid] = (int(step), float(value))
+
+    pieces = scan.pieces(con, segments, since, None)
+    stored = scan.part_facts(con, [p for p in pieces if p.covers_end], list(ids.values()),
+                             "last_finite_step, last_finite")
+    for p in pieces:
+        if p.covers_end:   # the part's own last finite value, if it lies in the range read
+            for kid, s, v in stored.get(p.part_id, []):
+                if s is not None and s >= p.a:
+                    offer(kid, s, v)
+        else:
+            with scan.relation(con, [(p.run_pk, p.a, p.b)], list(ids)) as rel:
+                for kid, s, v in con.execute(f"SELECT key_id, max(step), arg_max(value, step) FROM {rel}"
+                                             " WHERE isfinite(value) GROUP BY key_id").fetchall():
+                    offer(kid, s, v)
+    for kid, s, v in con.execute(
+            f"SELECT key_id, max(step), arg_max(value, step) FROM metrics WHERE key_id IN ({_ids(ids.values())})"
+            f" AND isfinite(value) AND {scan.long_where(segments, since, None)} GROUP BY key_id").fetchall():
+        offer(kid, s, v)
+    return {names[k]: sv for k, sv in best.items()}
 
 
 def smallest_value(con: duckdb.DuckDBPyConnection, run_pks: Sequence[int], key: str) -> float | None:
@@ -65,21 +110,23 @@ def smallest_value(con: duckdb.DuckDBPyConnection, run_pks: Sequence[int], key: 
     kid = M.key_id(con, key)
     if kid is None or not run_pks:
         return None
-    row = con.execute(f"SELECT min(value) FROM metrics WHERE key_id = ? AND run_pk IN ({_marks(run_pks)})",
-                      [kid, *run_pks]).fetchall()
-    return row[0][0] if row else None
+    found = [r[0] for r in con.execute(
+        f"SELECT min_value FROM part_keys WHERE key_id = {int(kid)} AND part_id IN"
+        f" (SELECT part_id FROM history_parts WHERE run_pk IN ({_ids(run_pks)}))"
+        f" UNION ALL SELECT min(value) FROM metrics WHERE key_id = {int(kid)} AND run_pk IN ({_ids(run_pks)})"
+    ).fetchall() if r[0] is not None]
+    numbers = [v for v in found if not math.isnan(v)]
+    return min(numbers) if numbers else (found[0] if found else None)
 
 
 def steps_with_key_prefix(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], prefix: str,
                           lo: int, hi: int) -> list[int]:
     """Steps in [lo, hi] at which any key starting with `prefix` was logged (e.g. 'eval/': eval steps)."""
-    ids = [r[0] for r in con.execute("SELECT key_id FROM metric_keys WHERE starts_with(key, ?)", [prefix]).fetchall()]
-    if not ids or not segments:
+    keys = [r[0] for r in con.execute("SELECT key FROM metric_keys WHERE starts_with(key, ?)", [prefix]).fetchall()]
+    if not keys or not segments:
         return []
-    where, params = M.segment_filter(segments)
-    rows = con.execute(
-        f"SELECT DISTINCT step FROM metrics WHERE key_id IN ({_marks(ids)}) AND step BETWEEN ? AND ? AND {where}"
-        " ORDER BY step", [*ids, lo, hi, *params]).fetchall()
+    with scan.relation(con, segments, keys, lo, hi + 1) as rel:
+        rows = con.execute(f"SELECT DISTINCT step FROM {rel} ORDER BY step").fetchall()
     return [int(r[0]) for r in rows]
 
 
@@ -92,15 +139,15 @@ def moved_from_baseline(con: duckdb.DuckDBPyConnection, segments: Sequence[Segme
     """
     if not segments:
         return []
-    where, params = M.segment_filter(segments)
-    return con.execute(f"""
-        WITH d AS (SELECT key_id, step, value FROM metrics WHERE step BETWEEN ? AND ? AND {where} AND isfinite(value)),
-        cur AS (SELECT key_id, max(step) AS s, arg_max(value, step) AS v FROM d WHERE step >= ? GROUP BY key_id),
-        base AS (SELECT d.key_id, median(d.value) AS med, mad(d.value) AS dev, count(*) AS n
-                 FROM d JOIN cur USING (key_id) WHERE d.step < cur.s GROUP BY d.key_id)
-        SELECT k.key, cur.s, cur.v, base.med, base.n,
-               0.6745 * (cur.v - base.med) / greatest(base.dev, abs(base.med) * 1e-6, 1e-12) AS z
-        FROM cur JOIN base USING (key_id) JOIN metric_keys k USING (key_id)
-        WHERE base.n >= ?
-        ORDER BY abs(z) DESC
-    """, [step - window, step, *params, step - recent, min_points]).fetchall()
+    with scan.relation(con, segments, None, step - window, step + 1) as rel:
+        return con.execute(f"""
+            WITH d AS (SELECT key_id, step, value FROM {rel} WHERE isfinite(value)),
+            cur AS (SELECT key_id, max(step) AS s, arg_max(value, step) AS v FROM d WHERE step >= ? GROUP BY key_id),
+            base AS (SELECT d.key_id, median(d.value) AS med, mad(d.value) AS dev, count(*) AS n
+                     FROM d JOIN cur USING (key_id) WHERE d.step < cur.s GROUP BY d.key_id)
+            SELECT k.key, cur.s, cur.v, base.med, base.n,
+                   0.6745 * (cur.v - base.med) / greatest(base.dev, abs(base.med) * 1e-6, 1e-12) AS z
+            FROM cur JOIN base USING (key_id) JOIN metric_keys k USING (key_id)
+            WHERE base.n >= ?
+            ORDER BY abs(z) DESC, k.key
+        """, [step - recent, min_points]).fetchall()
