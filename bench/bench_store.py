@@ -1,93 +1,185 @@
-"""Store scale check: a hero-sized run in DuckDB, and single-series downsample latency.
+"""The store's history reads: parquet parts + long tail (what sync stores) vs the all-long baseline.
 
-SYNTHETIC data (random values under Marin-shaped key ids), built directly in SQL in the
-same layout sync writes: 10k-step batches, each ordered by (key_id, step). Hero scale:
-400k steps × 150 scalar keys every step + 600 norm keys every 10 steps ≈ 84M values.
+SYNTHETIC data (tests/fakes/synth.py): one hero-shaped run, 164 dense keys every step and
+598 watch keys every 10 steps, with NaN/±Inf injected in the exported range and in the tail.
+Two stores are built from the same run in this process, side by side:
+  (a) baseline: every value a long row of `metrics` (`replace_range` in 10k-step windows, the
+      layout JSON-window syncs and local runs write);
+  (b) product: the run's parquet export (50k-step parts, as the W&B fake writes them)
+      registered as parts (`parts.facts` + `parts.register`), the last 5,000 steps long rows.
+Each read path runs through marinctl's own store functions on both, interleaved (a, b, a,
+b, ...), medians of --repeat; every result of (b) is checked equal to (a). a/b > 1: (b) faster.
 
-Prints, side by side, the latency of one series' min/max downsample over several step
-ranges for (a) marinctl's layout and (b) a baseline table holding the same rows in
-arrival (step-major) order — the ratio is what the batch ordering buys.
-
-    python bench/bench_store.py [--steps 400000] [--db /tmp/bench_store.duckdb]
+    nice -n 10 python bench/bench_store.py [--steps 100000] [--repeat 5] [--no-export-all]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import math
+import shutil
 import statistics
+import sys
+import tempfile
 import time
 from pathlib import Path
 
-import duckdb
+import numpy as np
+import pyarrow as pa
 
-from marinctl.store import Store
-from marinctl.store import metrics as M
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from marinctl.store import Store, history  # noqa: E402
+from marinctl.store import metrics as M  # noqa: E402
+from marinctl.store import series as S  # noqa: E402
+from tests.fakes.load import load_into_store, register_parts  # noqa: E402
 
-def build(path: Path, steps: int, scalar_keys: int, norm_keys: int, batch: int) -> None:
-    if path.exists():
-        path.unlink()
-    Store(path).ensure_schema()
-    con = duckdb.connect(str(path))
-    con.execute("INSERT INTO runs (uid, source, run_id) VALUES ('bench/synthetic/hero', 'wandb', 'hero-synthetic')")
-    con.execute(f"INSERT INTO metric_keys (key) SELECT 'k' || i FROM range({scalar_keys + norm_keys}) t(i)")
-    con.execute("CREATE TABLE baseline AS SELECT * FROM metrics LIMIT 0")
-    for lo in range(0, steps, batch):
-        hi = min(lo + batch, steps)
-        rows = f"""
-            SELECT 1 AS run_pk, k + 1 AS key_id, s AS step, sin(s / 1000.0 + k) + random() * 0.01 AS value
-            FROM range({lo}, {hi}) a(s), range({scalar_keys}) b(k)
-            UNION ALL
-            SELECT 1, {scalar_keys} + k + 1, s, random()
-            FROM range({lo}, {hi}, 10) a(s), range({norm_keys}) b(k)
-        """
-        con.execute(f"INSERT INTO metrics SELECT * FROM ({rows}) ORDER BY key_id, step")
-        con.execute(f"INSERT INTO baseline SELECT * FROM ({rows}) ORDER BY step, key_id")
-    con.execute("CHECKPOINT")
-    con.close()
+DENSE = ["train/loss", "grad/norm/total", "throughput/tokens_per_second", "optim/learning_rate"]
+WATCH = ["params/norm/stacked_blocks.3.mlp.router_bias", "grad/norm/stacked_blocks.3.attn.w_q"]
+DETECT = ["train/loss", "grad/norm/total", "throughput/tokens_per_second", "throughput/duration", "_timestamp",
+          "train/router/routing_entropy_mean", "train/router/router_z_loss", "moe/drop_fraction",
+          "train/router/capacity_overflow_rate_mean", "params/norm/total"]
+TAIL = 5_000
 
 
-def timed(fn, repeat: int = 7) -> float:
-    samples = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t)
-    return statistics.median(samples)
+def make_run(steps: int):
+    from tests.fakes.synth import marin_run
+
+    run = marin_run("hero-synthetic-bench", steps=steps, layers=27, extra_scalar_keys=120, state="running")
+    bad = [steps // 3, steps // 3 + 1, steps - 100]
+    run.set_values("train/loss", bad, [math.nan, math.inf, math.nan])
+    run.set_values(WATCH[0], [(steps // 3) // 10 * 10], [-math.inf])
+    return run
+
+
+def build_long(path: Path, run) -> float:
+    t = time.perf_counter()
+    store = Store(path)
+    load_into_store(store, [run])
+    return time.perf_counter() - t
+
+
+def build_parts(path: Path, run, steps: int, work: Path) -> float:
+    from tests.fakes.wandb_history import HistoryView
+
+    files = HistoryView({run.run_id: run}).write_parquet(run, steps - TAIL, work / "export", 50_000)
+    t = time.perf_counter()   # the export is written untimed: W&B writes it, not marinctl
+    register_parts(Store(path), run, files, steps - TAIL)
+    return time.perf_counter() - t
+
+
+def export_digest(batches) -> tuple[int, float, bool]:
+    """(rows, sum of finite values, sorted by step then key?) of an export stream."""
+    n, total, ordered, prev = 0, 0.0, True, None
+    for b in batches:
+        if not b.num_rows:
+            continue
+        st, ky = b.column(0).to_numpy(), b.column(1).to_pylist()
+        pairs = list(zip(st.tolist(), ky))
+        if prev is not None and pairs[0] <= prev:
+            ordered = False
+        if any(pairs[i + 1] <= pairs[i] for i in range(len(pairs) - 1)):
+            ordered = False
+        prev = pairs[-1]
+        v = b.column(2).to_numpy(zero_copy_only=False)
+        total += float(np.sum(v[np.isfinite(v)]))
+        n += b.num_rows
+    return n, round(total, 3), ordered
+
+
+def same(x, y) -> bool:
+    if isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], np.ndarray):
+        return np.array_equal(x[0], y[0]) and np.array_equal(x[1], y[1], equal_nan=True)
+    if isinstance(x, dict) and x and isinstance(next(iter(x.values())), M.Envelope):
+        return set(x) == set(y) and all(
+            np.allclose(getattr(x[k], f), getattr(y[k], f), equal_nan=True, rtol=1e-12, atol=1e-12)
+            for k in x for f in ("step_lo", "step_hi", "vmin", "vmax", "first", "last", "mean", "count", "nonfinite"))
+    if isinstance(x, pa.Table):
+        def norm(t):
+            t = t.select(["key", "step", "value"])
+            t = pa.table({"key": t["key"].cast(pa.string()), "step": t["step"], "value": t["value"]})
+            t = t.sort_by([("key", "ascending"), ("step", "ascending")])
+            return t["key"].to_pylist(), t["step"].to_numpy(), t["value"].to_numpy()
+        (ka, sa, va), (kb, sb, vb) = norm(x), norm(y)
+        return ka == kb and np.array_equal(sa, sb) and np.array_equal(va, vb, equal_nan=True)
+    return _eq(x, y)
+
+
+def _eq(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-9)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_eq(u, v) for u, v in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return set(a) == set(b) and all(_eq(a[k], b[k]) for k in a)
+    return a == b
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=400_000)
-    ap.add_argument("--scalar-keys", type=int, default=150)
-    ap.add_argument("--norm-keys", type=int, default=600)
-    ap.add_argument("--db", type=Path, default=Path("/tmp/bench_store.duckdb"))
-    ap.add_argument("--rebuild", action="store_true")
+    ap.add_argument("--steps", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--no-export-all", action="store_true", help="skip exporting every key (minutes at 400k)")
     args = ap.parse_args()
-    if args.rebuild or not args.db.exists():
-        t = time.perf_counter()
-        build(args.db, args.steps, args.scalar_keys, args.norm_keys, 10_000)
-        print(f"built SYNTHETIC hero-scale store in {time.perf_counter() - t:.1f} s")
-    con = duckdb.connect(str(args.db), read_only=True)
-    n = con.execute("SELECT count(*) FROM metrics").fetchone()[0]
-    size = os.path.getsize(args.db) / 2**20
-    print(f"rows {n:,}  file {size:,.0f} MiB (both tables)  steps {args.steps:,}")
-    key = "k7"
-    kid = M.key_id(con, key)
-    seg = [(1, None, None)]
-    ranges = [(0, args.steps), (0, args.steps // 10), (args.steps // 2, args.steps // 2 + 5_000)]
-    print(f"{'range':>22} {'marinctl ms':>12} {'baseline ms':>12} {'ratio':>7}")
-    for lo, hi in ranges:
-        ours = timed(lambda: M.downsample(con, seg, key, lo, hi, 1000))
-        base_sql = (
-            "SELECT CAST(floor((step - ?) / ?) AS BIGINT) b, min(value), max(value) FROM baseline"
-            " WHERE key_id = ? AND run_pk = 1 AND step >= ? AND step < ? GROUP BY b"
-        )
-        width = max(1.0, (hi - lo) / 1000)
-        base = timed(lambda: con.execute(base_sql, [lo, width, kid, lo, hi]).fetchall())
-        print(f"{f'[{lo:,}, {hi:,})':>22} {ours * 1e3:12.1f} {base * 1e3:12.1f} {base / ours:7.1f}x")
-    con.close()
+    n = args.steps
+    work = Path(tempfile.mkdtemp(prefix="bench-store-"))
+    try:
+        run = make_run(n)
+        ta = build_long(work / "a" / "marinctl.duckdb", run)
+        tb = build_parts(work / "b" / "marinctl.duckdb", run, n, work)
+        size_a = (work / "a" / "marinctl.duckdb").stat().st_size / 2**20
+        size_b = (work / "b" / "marinctl.duckdb").stat().st_size / 2**20
+        parts_mib = sum(f.stat().st_size for f in (work / "b").rglob("*.parquet")) / 2**20
+        print(f"SYNTHETIC run {n:,} steps, {len(run.series)} keys. (a) all long rows: {size_a:,.0f} MiB DuckDB, "
+              f"built in {ta:.0f} s; (b) parts + {TAIL:,}-step tail: {size_b:,.0f} MiB DuckDB + {parts_mib:,.0f} MiB "
+              f"parquet, registered in {tb:.0f} s (facts included)")
+        sa, sb = Store(work / "a" / "marinctl.duckdb"), Store(work / "b" / "marinctl.duckdb")
+        with sa.connect() as con:
+            pk = con.execute("SELECT run_pk FROM runs").fetchall()[0][0]
+            all_keys = M.run_keys(con, [pk])
+        seg = [(pk, None, None)]
+        mid = n // 2
+        some = DENSE[:3] + WATCH + ["eval/paloma/macro_loss"]
+        leaves = [k for k in all_keys if k.startswith("params/norm/") and k != "params/norm/total"]
+        twenty = all_keys[::max(1, len(all_keys) // 20)]
+        cases = [
+            ("series, dense key, all steps", lambda c: M.series(c, seg, DENSE[0])),
+            ("series, dense key, 5k-step window", lambda c: M.series(c, seg, DENSE[0], mid, mid + 5000)),
+            ("series, watch key, all steps", lambda c: M.series(c, seg, WATCH[0])),
+            ("series across the part/tail boundary", lambda c: M.series(c, seg, DENSE[1], n - 8000, n)),
+            ("downsample_many 6 keys, all, 1000 b", lambda c: M.downsample_many(c, seg, some, 0, n, 1000)),
+            ("downsample_many 6 keys, 10k zoom", lambda c: M.downsample_many(c, seg, some, mid, mid + 10_000, 200)),
+            ("keys a run logged", lambda c: M.run_keys(c, [pk])),
+            ("step range", lambda c: M.step_range(c, seg)),
+            ("keys with data (chart grid)", lambda c: sorted(S.keys_with_data(c, [pk], some))),
+            ("key step range", lambda c: S.key_step_range(c, seg, some)),
+            ("last value, 20 keys", lambda c: S.last_values(c, seg, twenty)),
+            ("last value, every key", lambda c: S.last_values(c, seg, all_keys)),
+            ("detector frame: 10 keys, whole run", lambda c: history.frame(c, seg, DETECT, 0, None)),
+            ("detector frame: hyperball leaves", lambda c: history.frame(c, seg, leaves, 0, None)),
+            ("nonfinite, all keys, whole run", lambda c: history.nonfinite(c, seg, 0, None)),
+            ("first values, hyperball leaves", lambda c: history.first_values(c, seg, leaves)),
+            ("moved metrics at a step (explain)", lambda c: S.moved_from_baseline(c, seg, mid, 200, 9)),
+            ("norm leaves at two steps (attribution)", lambda c: history.values_at(c, seg, "params/norm/", [mid, mid + 10])),
+            ("export 3 keys, sorted", lambda c: export_digest(M.export_batches(c, seg, DENSE[:3]))),
+        ]
+        if not args.no_export_all:
+            cases.append(("export all keys, sorted", lambda c: export_digest(M.export_batches(c, seg, None))))
+        print(f"\n{'read path':42} {'(a) ms':>9} {'(b) ms':>9} {'a/b':>6}  equal")
+        for label, fn in cases:
+            reps = 1 if label.startswith("export all") else args.repeat
+            ta_s, tb_s, outs = [], [], [None, None]
+            for _ in range(reps):   # interleaved: the machine's load drifts
+                for i, (store, xs) in enumerate(((sa, ta_s), (sb, tb_s))):
+                    with store.connect() as con:
+                        t = time.perf_counter()
+                        outs[i] = fn(con)
+                        xs.append(time.perf_counter() - t)
+            a, b = statistics.median(ta_s), statistics.median(tb_s)
+            ok = same(outs[0], outs[1])
+            print(f"{label:42} {a * 1e3:9.1f} {b * 1e3:9.1f} {a / b:6.2f}  {'yes' if ok else 'NO'}", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

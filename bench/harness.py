@@ -39,7 +39,15 @@ with WandbServer([run], verbose=False, exported_until={{run.run_id: steps - tail
     urls = server.export_urls(run, server.exported_until_of(run))  # written once, before any client
     files = [str(server.file_path(u.split('/files/', 1)[1])) for u in urls]
     print(json.dumps({{"url": server.url, "run": run.run_id, "files": files}}), flush=True)
-    sys.stdin.read()   # serve until the benchmark closes our stdin
+    for line in sys.stdin:   # serve until the benchmark closes our stdin; it may ask for new steps
+        cmd = json.loads(line)
+        if "extend" in cmd:
+            run.extend(cmd["extend"])
+            # warm: the fake recomputes summaries/historyKeys of the whole run after a change,
+            # a cost W&B's real servers do not put on the client
+            server.history.keys_info(run)
+            server.history.json_rows(run, steps - 1, cmd["extend"] + 1)
+            print("extended", flush=True)
 """
 
 

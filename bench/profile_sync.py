@@ -1,4 +1,4 @@
-"""Where today's W&B full sync spends time and memory (PROFILE, not a pass/fail check).
+"""Where the W&B full sync spends time and memory (PROFILE, not a pass/fail check).
 
 SYNTHETIC hero-shaped run (tests/fakes/synth.py: 164 dense keys every step, 598 watch keys
 every 10 steps, 757 columns in the exports), served by the fake W&B server in its own
@@ -32,16 +32,26 @@ from bench.harness import FakeServer, run_measured  # noqa: E402
 # (label, module, attribute path) — stages wrapped in the child; nested stages overlap.
 STAGES = [
     ("cli total", "marinctl.cli", "main"),
-    ("sync_run", "marinctl.sources.wandb_sync", "sync_run"),
-    ("parquet: whole bulk stage", "marinctl.sources.wandb_sync", "_sync_parquet"),
-    ("parquet: GraphQL parquetHistory", "marinctl.sources.wandb", "WandbClient.parquet_history"),
-    ("parquet: download parts", "marinctl.sources.wandb", "WandbClient.download"),
-    ("parquet: _insert_wide (unpivot+insert+commit)", "marinctl.sources.wandb_sync", "_insert_wide"),
-    ("parquet:   insert_from_relation", "marinctl.store.metrics", "insert_from_relation"),
+    ("sync_run", "marinctl.sync.wandb", "sync_run"),
+    ("rewind check (timestamps)", "marinctl.sync.wandb", "_rewound_from"),
+    ("parts: whole bulk stage", "marinctl.sync.wandb", "_sync_parts"),
+    ("parts: GraphQL parquetHistory", "marinctl.sources.wandb", "WandbClient.parquet_history"),
+    ("parts: download (2 threads)", "marinctl.sources.wandb", "WandbClient.download"),
+    ("parts: facts (decode once; worker thread)", "marinctl.store.parts", "facts"),
+    ("parts: register (+commit)", "marinctl.store.parts", "register"),
+    ("tail: whole window stage", "marinctl.sync.wandb", "_sync_windows"),
     ("tail: history window GET+JSON (worker thread)", "marinctl.sources.wandb", "WandbClient.history"),
-    ("tail: batch_from_rows", "marinctl.store.metrics", "batch_from_rows"),
-    ("tail: _commit_batch (replace_range+commit)", "marinctl.sources.wandb_sync", "_commit_batch"),
-    ("detection after sync", "marinctl.sync", "_detect"),
+    ("tail: batch_from_rows", "marinctl.sync.wandb", "batch_from_rows"),
+    ("tail: replace_range", "marinctl.store.metrics", "replace_range"),
+    ("detection + alignment after sync", "marinctl.sync.derive", "after_sync"),
+    ("detection: scan", "marinctl.analysis.detectors", "scan"),
+    ("detection: frames", "marinctl.store.history", "frame"),
+    ("detection: nonfinite", "marinctl.store.history", "nonfinite"),
+    ("detection: first values", "marinctl.store.history", "first_values"),
+    ("detection: robust_z", "marinctl.store.rolling", "robust_z"),
+    ("detection: crossings", "marinctl.store.rolling", "crossings"),
+    ("detection: fingerprints (sampled)", "marinctl.store.history", "sampled"),
+    ("alignment: realign", "marinctl.analysis.align", "realign"),
 ]
 
 

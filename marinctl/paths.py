@@ -3,16 +3,27 @@
 `--home`, else `$MARINCTL_HOME`, else the checkout's `cache/` when run from a marinctl
 checkout, else the user cache directory. The DuckDB file is `<home>/marinctl.duckdb`
 unless `--db` names another.
+
+A folder that cannot hold the store (a path through a file, a read-only folder, a full
+disk) is found here, before DuckDB or a download meets it, and reported as a runtime
+failure naming the path and what to do (the contract's exit 1), never as a traceback.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import tempfile
 from pathlib import Path
+
+from marinctl.errors import RuntimeFailure
 
 DB_NAME = "marinctl.duckdb"
 
 _overrides: dict[str, Path | None] = {"home": None, "db": None}
+_usable: set[Path] = set()   # folders already checked in this process
+_HOME_HINT = "pick a writable folder: marinctl --home DIR … (or set MARINCTL_HOME)"
+_DB_HINT = "pick a writable place for the store: marinctl --db PATH …, or drop --db"
 
 
 def set_overrides(home: Path | None = None, db: Path | None = None) -> None:
@@ -38,19 +49,63 @@ def home() -> Path:
     else:
         base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
         path = Path(base) / "marinctl"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return usable_folder(path, "data home", _HOME_HINT)
 
 
 def db_path() -> Path:
-    if _overrides["db"] is not None:
-        _overrides["db"].parent.mkdir(parents=True, exist_ok=True)
-        return _overrides["db"]
-    return home() / DB_NAME
+    db = _overrides["db"]
+    if db is not None:
+        if db.is_dir():
+            raise RuntimeFailure(f"cannot use {db} as the store: it is a folder, not a DuckDB file", _DB_HINT)
+        usable_folder(db.parent, "folder of the store", _DB_HINT)
+        return store_file(db)
+    return store_file(home() / DB_NAME)
+
+
+def store_file(path: Path) -> Path:
+    """`path`, unless it is an existing file that is not a DuckDB database (its magic bytes say)."""
+    if path in _usable or not path.is_file():
+        return path
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(12)
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot read the store {path}: {_why(path, exc)}", _DB_HINT) from None
+    if len(head) == 12 and head[8:12] != b"DUCK":
+        raise RuntimeFailure(f"{path} is not a marinctl store (not a DuckDB file)",
+                             "point --db at a marinctl store or a new file name")
+    _usable.add(path)
+    return path
 
 
 def subdir(name: str) -> Path:
     """A folder under the data home (parquet/, http/, repro/, tokenizer/ ...)."""
-    path = home() / name
-    path.mkdir(parents=True, exist_ok=True)
+    return usable_folder(home() / name, "data home", _HOME_HINT)
+
+
+def usable_folder(path: Path, what: str, hint: str) -> Path:
+    """`path`, made if missing and proven writable (a file created and removed), once per process."""
+    if path in _usable:
+        return path
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".marinctl-probe-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot use {path} as the {what}: {_why(path, exc)}", hint) from None
+    _usable.add(path)
     return path
+
+
+def _why(path: Path, exc: OSError) -> str:
+    if exc.errno in (errno.EEXIST, errno.ENOTDIR):
+        blocker = next((p for p in [path, *path.parents] if p.exists() and not p.is_dir()), None)
+        return f"{blocker} is a file, not a folder" if blocker else "a part of the path is not a folder"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "it is not writable (permission denied)"
+    if exc.errno == errno.EROFS:
+        return "the file system is read-only"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "the disk is full"
+    return exc.strerror or str(exc)

@@ -1,4 +1,8 @@
-"""Marin's published ladder table as data, shared by `ladder` and `repro`."""
+"""Marin's published ladder table as data, shared by `ladder`, `repro` and the views.
+
+The table lives in `repro/rungs.json` (package data of the stand-alone trainer, which reads the
+same file); this module only reads it — it never imports repro's code.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from marinctl.errors import UserError
 
 @lru_cache(maxsize=1)
 def table() -> dict[str, Any]:
-    return json.loads(resources.files("marinctl.data").joinpath("rungs.json").read_text())
+    return json.loads(resources.files("repro").joinpath("rungs.json").read_text())
 
 
 def rungs() -> list[dict[str, Any]]:

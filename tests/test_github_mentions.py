@@ -46,11 +46,6 @@ PHRASES = [
     ("Step 0.8k: first eval", {800}),
     ("Hero at step 2,999!", {2999}),
 ]
-# Which phrasings today's parser misreads (issue 14 #11); the rest pin what works.
-MISREAD = {"Step 1500: loss spike", "STEP 1,600 shows a blip in grad norm",
-           "we restarted at step 0.0019M after the preemption", "Steps 1200-1300 look odd", "Step=2400 eval done",
-           "Step 2.6k: warm-up long over", "Loss at Step 950.", "STEPS 700 to 800 look flat", "Step ~2800 looks fine",
-           "Step 1k was odd", "Step 0.8k: first eval"}
 
 
 def iso(ts: float) -> str:
@@ -101,10 +96,7 @@ def events(cli, timeline):
             for text, _ in PHRASES}
 
 
-@pytest.mark.parametrize("text,named", [
-    pytest.param(t, n, marks=[pytest.mark.xfail(strict=True, reason="issue 14 #11: the mention parser misses this "
-                                                "phrasing and places the comment by its time")] if t in MISREAD else [])
-    for t, n in PHRASES], ids=[f"{i:02d}" for i in range(len(PHRASES))])
+@pytest.mark.parametrize("text,named", PHRASES, ids=[f"{i:02d}" for i in range(len(PHRASES))])
 def test_text_naming_a_step_wins_over_the_time(events, text, named):
     event = events[text]
     assert event is not None, f"no event for {text!r}"
@@ -135,8 +127,35 @@ def test_a_comment_naming_no_step_is_placed_by_its_time(cli, tmp_path, monkeypat
     assert abs(event["step"] - 300) <= 1 and event.get("align") == "time"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 #8: a comment deleted on GitHub stays in the timeline "
-                                       "after the next sync")
+def test_without_a_lineage_the_time_picks_the_run_and_the_text_the_step(cli, monkeypatch):
+    """Two runs outside the hero group, one after the other: a comment naming step 150, posted
+    while the second run was logging its step 300, lands on the second run at step 150."""
+    from tests.fakes.github_server import FakeGitHub
+    from tests.fakes.synth import marin_run
+
+    first = marin_run("first-synthetic", steps=400, entity=E, project=P, group="other-synthetic", layers=1,
+                      experts=2, norm_every=1000, eval_every=1000)
+    second = marin_run("second-synthetic", steps=400, entity=E, project=P, group="other-synthetic", layers=1,
+                       experts=2, norm_every=1000, eval_every=1000)
+    s1, t1 = first.series["_timestamp"]
+    s2, t2 = second.series["_timestamp"]
+    second.set_values("_timestamp", list(s2), list(t2 - t2[0] + t1[-1] + 3600.0))   # starts an hour after the first ends
+    s2, t2 = second.series["_timestamp"]
+    server = start_wandb([first, second])
+    try:
+        with FakeGitHub() as gh:
+            gh.add_issue(REPO, 4, "t (synthetic)", "b", created_at=iso(float(t1[0]) - 86400))
+            gh.add_comment(REPO, 4, "Step 150 looked odd (synthetic)", created_at=iso(float(t2[300]) + 1))
+            monkeypatch.setenv("WANDB_BASE_URL", server.url)
+            monkeypatch.setenv("GITHUB_API_URL", gh.url)
+            run_cli(cli, "sync", f"{E}/{P}")
+            run_cli(cli, "sync", f"github:{REPO}#4")
+    finally:
+        server.stop()
+    event = next(e for e in cli_json(cli, "events", "--json") if e["kind"] == "comment")
+    assert (event["run"], event["step"], event.get("align")) == ("second-synthetic", 150, "text"), event
+
+
 def test_comment_deleted_upstream_leaves_the_timeline(cli, monkeypatch):
     from tests.fakes.github_server import FakeGitHub
 

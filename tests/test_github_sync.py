@@ -276,7 +276,7 @@ def test_malformed_spec_exits_2(cli):
 
 def test_network_down_exits_1(cli, monkeypatch):
     monkeypatch.setenv("GITHUB_API_URL", "http://127.0.0.1:9")
-    monkeypatch.setattr("marinctl.sources.github.GitHubClient._backoff", lambda self, attempt, asked=None: None)
+    monkeypatch.setattr("marinctl.sources.github.GitHubClient._backoff", lambda self, attempt, asked=None, failure="": None)
     code, out, err = cli("sync", "github:acme/hero#1")
     assert code == 1 and "kept failing" in err
 

@@ -71,7 +71,7 @@ def expected_lineage(chain) -> list[dict]:
 @pytest.fixture(scope="module")
 def remote(tmp_path_factory):
     scenarios = remote_runs()
-    server = start_wandb([r for chain in scenarios.values() for r in chain], fork_from_first_logged=True)
+    server = start_wandb([r for chain in scenarios.values() for r in chain])   # W&B's fork serving (the default)
     home = tmp_path_factory.mktemp("forks-home")
     try:
         done = marinctl_run(["sync", f"{E}/{P}", "--json"], env={**sdk_env(), "MARINCTL_HOME": str(home),
@@ -86,29 +86,19 @@ def _rows(cli, home, run, *extra):
     return sorted((s, k, float(v)) for s, k, v in export_rows(lambda *a: cli("--home", str(home), *a), run, *extra))
 
 
-XFAIL_OWN = pytest.mark.xfail(strict=True, reason="issue 13 #1: the fork child's row at the fork step (its first "
-                                                  "logged row) is not stored: sync starts at fork_step + 1")
-XFAIL_LINEAGE_AFTER = pytest.mark.xfail(strict=True, reason="issue 13 #1: lineage says the child starts at "
-                                                            "fork_step + 1 although its first row is later")
-
-
-@pytest.mark.parametrize("scenario", [pytest.param("fork-step", marks=XFAIL_OWN), "after",
-                                      pytest.param("chain", marks=XFAIL_OWN)])
+@pytest.mark.parametrize("scenario", ["fork-step", "after", "chain"])
 def test_every_row_every_run_logged_is_stored(cli, remote, scenario):
     for run in remote["scenarios"][scenario]:
         assert _rows(cli, remote["home"], run.run_id) == sorted(run.long_rows()), run.run_id
 
 
-@pytest.mark.parametrize("scenario", [pytest.param("fork-step", marks=XFAIL_OWN), "after",
-                                      pytest.param("chain", marks=XFAIL_OWN)])
+@pytest.mark.parametrize("scenario", ["fork-step", "after", "chain"])
 def test_stitched_view_takes_the_child_from_its_first_row(cli, remote, scenario):
     chain = remote["scenarios"][scenario]
     assert _rows(cli, remote["home"], chain[-1].run_id, "--stitched") == expected_stitched(chain)
 
 
-@pytest.mark.parametrize("scenario", [pytest.param("fork-step", marks=XFAIL_OWN),
-                                      pytest.param("after", marks=XFAIL_LINEAGE_AFTER),
-                                      pytest.param("chain", marks=XFAIL_OWN)])
+@pytest.mark.parametrize("scenario", ["fork-step", "after", "chain"])
 def test_lineage_reports_the_ranges_used(cli, remote, scenario):
     chain = remote["scenarios"][scenario]
     doc = cli_json(lambda *a: cli("--home", str(remote["home"]), *a), "show", chain[-1].run_id, "--json")
@@ -122,8 +112,6 @@ def test_runs_list_the_fork_points(cli, remote):
             assert (runs[run.run_id]["fork_parent"], runs[run.run_id]["fork_step"]) == (run.fork_parent, run.fork_step)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 #1: sync --json reports the fork child's first step as "
-                                       "fork_step + 1 (its row at the fork step is skipped)")
 def test_sync_report_names_the_childs_first_step(remote):
     import json
 
@@ -133,19 +121,19 @@ def test_sync_report_names_the_childs_first_step(remote):
             assert report[run.run_id]["first_step"] == int(run.steps()[0]), run.run_id
 
 
-def test_default_fake_keeps_todays_fork_semantics():
-    """The fake's default serving is unchanged (other tests rely on it): a child's own rows start
-    at fork_step + 1 unless `fork_from_first_logged` is set."""
+def test_default_fake_serves_forks_as_wandb_does():
+    """The fake serves a child that logged its fork step its own row there by default (W&B's
+    semantics, `fork_from_first_logged`); turned off, the parent's row (the old assumption)."""
     parent, child = remote_runs()["fork-step"]
     at_fork = {}
-    for flag in (False, True):
-        server = start_wandb([parent, child], fork_from_first_logged=flag)
+    for flag in (None, False, True):
+        server = start_wandb([parent, child], **({} if flag is None else {"fork_from_first_logged": flag}))
         try:
             at_fork[flag] = server.history.rows(child, 120, 121)[0]["train/loss"]
         finally:
             server.stop()
     loss = lambda run: dict(zip(*[a.tolist() for a in run.series["train/loss"]]))[120]  # noqa: E731
-    assert at_fork == {False: loss(parent), True: loss(child)} and loss(parent) != loss(child)
+    assert at_fork == {None: loss(child), False: loss(parent), True: loss(child)} and loss(parent) != loss(child)
 
 
 # --- local forks through the SDK's fork_from -------------------------------------------------------------
@@ -206,8 +194,6 @@ def test_local_chain_stitched_view(cli, local):
     assert _user_rows(cli, local["home"], "lf-b-synthetic", "--stitched") == want
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 #1: lineage says lf-a starts at fork_step + 1 = 11 "
-                                       "although its first row is 13")
 def test_local_chain_lineage_reports_the_ranges_used(cli, local):
     doc = cli_json(lambda *a: cli("--home", str(local["home"]), *a), "show", "lf-b-synthetic", "--json")
     assert doc["lineage"] == [{"run": "lf-root-synthetic", "from_step": 0, "to_step": 10},

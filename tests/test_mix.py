@@ -89,6 +89,34 @@ def test_file_with_no_phase_weights_falls_back_to_published():
     assert file_mix('{"candidate": "x"}', None) is None
 
 
+def test_a_synced_file_in_an_unknown_shape_is_named_when_mix_falls_back(cli):
+    from marinctl.analysis.mix import HERO_MIX_PATH, HERO_MIX_REPO
+    from marinctl.store import open_store
+
+    with open_store().transaction() as con:
+        con.execute("INSERT INTO repo_files (repo, path, sha, content) VALUES (?, ?, ?, ?)",
+                    [HERO_MIX_REPO, HERO_MIX_PATH, "e" * 40, '{"candidate": "synthetic"}'])
+    code, out, err = cli("mix", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["source"] == "published"
+    assert any("harrier_mix_2026_08_18.json" in n and "fell back" in n for n in doc["notes"]), doc["notes"]
+    code, out, _ = cli("mix")
+    assert "note: could not read the synced harrier_mix_2026_08_18.json" in out
+
+
+@pytest.mark.parametrize("shape", [
+    {"train_weights": [[0, {"web": 0.6, "code": 0.4}], [108000, {"web": 0.5, "code": 0.5}],
+                       [312192, {"web": 0.3, "code": 0.7}]]},
+    {"phases": [{"start": 0, "weights": {"web": 0.6, "code": 0.4}}, {"start": 108000, "weights": {"web": 0.5, "code": 0.5}},
+                {"start": 312192, "weights": {"web": 0.3, "code": 0.7}}]},
+])
+def test_a_file_with_its_own_stage_starts_keeps_them(shape):
+    """SYNTHETIC files in Levanter's staged shape (as PR #9162's main-phase change writes a mixture)."""
+    mix = file_mix(json.dumps(shape), "d" * 40)
+    assert [(p.start_step, p.end_step) for p in mix.phases] == [(0, 107_999), (108_000, 312_191), (312_192, 390_250)]
+    assert mix.active(200_000).weights == {"web": 0.5, "code": 0.5} and mix.source == "file"
+
+
 def test_logged_mixture_keys_win(cli, store):
     """A SYNTHETIC run that logs mixture/stage and mixture/weight/* at every step."""
     steps = list(range(0, 300))

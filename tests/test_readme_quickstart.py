@@ -211,9 +211,6 @@ def test_quickstart_parses_into_marinctl_commands():
     assert any(c[1] == "demo" for c in cmds) and any(needs_network(c) for c in cmds)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 14 #7: after `demo` alone, `explain step 500` exits 2 (the demo run "
-                                       "has no step 500) and `plot train/loss --run hero` and "
-                                       "`ladder --pin 1.6` exit 2")
 def test_offline_reader_runs_every_offline_command(cli, monkeypatch, tmp_path):
     cwd = tmp_path / "cwd"
     cwd.mkdir()

@@ -1,79 +1,65 @@
-"""repro's training loop on real offline text: determinism, learning, the W&B keys, the store link.
+"""`python -m repro.train` as a person runs it: the W&B run it logs, data-parallel under torchrun, Ctrl-C.
 
-Real components throughout: Python's stdlib docstrings and sources (real prose and code), a BPE
-trained with `tokenizers`, the wandb SDK in offline mode, a real DuckDB store. Tiny shapes, CPU.
+Real components: Python's stdlib docstrings as text, a BPE trained with `tokenizers`, the wandb SDK in
+offline mode (its `.wandb` file read back with wandb's own protobuf classes), torchrun with gloo. The
+model is a tiny proxy read from a SYNTHETIC Levanter-shaped config, so every run takes seconds.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import struct
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
+torch.set_num_threads(1)
 
-from repro.data import corpus_from_domains, stdlib_code, stdlib_docstrings  # noqa: E402
-from repro.model import ModelConfig  # noqa: E402
-from repro.rungs import TrainConfig  # noqa: E402
-from repro.train import close_wandb_run, open_wandb_run, train  # noqa: E402
+from repro.data import corpus_from_domains, stdlib_docstrings  # noqa: E402
+from repro.logged_config import from_logged  # noqa: E402
+from repro.loop import train  # noqa: E402
+from repro.recipe import cpu_proxy  # noqa: E402
 
-torch.set_num_threads(2)
+ROOT = Path(__file__).resolve().parent.parent
+TINY = {"trainer": {"num_train_steps": 3, "train_batch_size": 8, "seed": 5},
+        "model": {"hidden_dim": 64, "num_layers": 2, "num_heads": 2, "head_dim": 32, "num_kv_heads": 1, "num_experts": 8,
+                  "num_experts_per_tok": 2, "intermediate_dim": 32, "latent_dim": 32, "num_shared_experts": 2,
+                  "shared_expert_intermediate_dim": 32, "seq_len": 64, "sliding_window": 32, "gated_norm_rank": 16,
+                  "qb_hist_bins": 1000, "vocab_size": 512},
+        "optimizer": {"type": "muonh", "learning_rate": 0.02, "adam_lr": 0.005}}
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    domains = {"prose": stdlib_docstrings(250_000), "code": stdlib_code(250_000)}
-    return corpus_from_domains(domains, 512, 64, "stdlib (test slice)", cache_dir=tmp_path_factory.mktemp("tok"))
+def tiny_files(tmp_path_factory):
+    """A SYNTHETIC tiny config, real text, and a home shared by the module (tokenizer and peak cached)."""
+    base = tmp_path_factory.mktemp("repro-tiny")
+    (base / "config.json").write_text(json.dumps(TINY))
+    (base / "text.txt").write_text(stdlib_docstrings(120_000))
+    return base
 
 
-def tiny_cfg(steps: int, vocab: int, **kw) -> TrainConfig:
-    model = ModelConfig(vocab_size=vocab, d_model=64, n_layers=4, n_heads=2, head_dim=32, local_kv_heads=1,
-                        global_kv_heads=1, n_experts=48, top_k=1 if kw.pop("k1", False) else 2, expert_dim=32,
-                        n_shared=2, shared_dim=32, seq_len=64, sliding_window=32)
-    base = dict(rung="rung1", label="test proxy", kind="cpu-proxy", model=model, steps=steps, batch_size=8,
-                muonh_lr=0.0158, adam_lr=0.00365, beta2=0.9685, eps=1.03e-15, eval_every=max(1, steps // 4))
-    base.update(kw)
-    return TrainConfig(**base)
+def trainer(tiny_files: Path, out: Path, *extra: str, nproc: int = 1, cpu: bool = True) -> list[str]:
+    args = ["-m", "repro.train", "--from-config", str(tiny_files / "config.json"), "--source-run", "synthetic-tiny",
+            *(["--cpu"] if cpu else []),
+            "--data", str(tiny_files / "text.txt"), "--home", str(tiny_files / "home"), "--out", str(out), "--json",
+            "--threads", "1", *extra]
+    if nproc > 1:
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *args]
+    return [sys.executable, *args]
 
 
-def test_same_seed_gives_bit_identical_first_20_steps(corpus):
-    runs = []
-    for seed in (7, 7, 8):
-        rows = []
-        out = train(tiny_cfg(20, corpus.vocab_size), corpus, seed=seed, log=lambda m, s: rows.append(m))
-        runs.append(([r["train/loss"] for r in rows], [r["grad/norm/total"] for r in rows],
-                     out["model"].stacked_blocks[1].mlp.router_bias.clone()))
-    (loss_a, grad_a, bias_a), (loss_b, grad_b, bias_b), (loss_c, _, _) = runs
-    assert len(loss_a) == 20
-    assert loss_a == loss_b and grad_a == grad_b  # exact float equality, every step
-    assert torch.equal(bias_a, bias_b) and bias_a.abs().sum() > 0
-    assert loss_c != loss_a  # a different seed is a different run
+def run(cmd: list[str], timeout: float = 240) -> tuple[int, dict, str]:
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    doc = json.loads(done.stdout) if done.stdout.strip() else {}
+    return done.returncode, doc, done.stderr
 
 
-@pytest.mark.slow
-def test_tiny_proxy_learns_real_text(corpus):
-    rows = []
-    train(tiny_cfg(80, corpus.vocab_size, batch_size=16), corpus, seed=0, log=lambda m, s: rows.append(m))
-    evals = [r for r in rows if "eval/loss" in r]
-    first, last = evals[0], evals[-1]
-    assert first["eval/loss"] > 5.5  # ≈ ln(512) at init
-    assert last["eval/loss"] < first["eval/loss"] - 1.0
-    for domain in ("prose", "code"):
-        assert last[f"eval/{domain}/loss"] < first[f"eval/{domain}/loss"] - 0.8
-    # MuonH/AdamH matrices keep their norm through training; Adam-group norms move
-    watched = [r for r in rows if "params/norm/lm_head" in r]
-    for key in ("params/norm/lm_head", "params/norm/stacked_blocks.0.attn.w_q", "params/norm/stacked_blocks.2.mlp.w_up"):
-        assert watched[-1][key] == pytest.approx(watched[0][key], rel=1e-4)
-    assert watched[-1]["params/norm/token_embed"] != pytest.approx(watched[0]["params/norm/token_embed"], rel=1e-3)
-    # the mixture phases switch at 27.7 % and 80 % of the steps
-    stages = [(i, r["mixture/stage"]) for i, r in enumerate(rows) if "mixture/stage" in r]
-    assert stages == [(0, 0), (22, 1), (64, 2)]
-
-
-# --- reading the .wandb file back (LevelDB-log framing + wandb's protobuf Record) -----------
+# --- reading a .wandb file back (LevelDB-log framing + wandb's protobuf Record) ----------------------
 
 def _payloads(path: Path):
     buf = path.read_bytes()
@@ -101,67 +87,147 @@ def _payloads(path: Path):
             yield b"".join(parts + [data])
 
 
-def _history_and_config(path: Path):
+def records(run_dir: Path) -> tuple[list[dict], dict, int | None]:
+    """(history rows, config, exit code) of the run's .wandb file."""
     from wandb.proto import wandb_internal_pb2 as pb
 
-    rows, config = [], {}
-    for payload in _payloads(path):
+    rows, config, exit_code = [], {}, None
+    for payload in _payloads(next(Path(run_dir).glob("*.wandb"))):
         rec = pb.Record()
         rec.ParseFromString(payload)
         kind = rec.WhichOneof("record_type")
         if kind == "history":
             rows.append({(it.key or "/".join(it.nested_key)): json.loads(it.value_json) for it in rec.history.item})
-        elif kind == "run":
-            config = {u.key: json.loads(u.value_json) for u in rec.run.config.update}
-        elif kind == "config":
-            config.update({u.key: json.loads(u.value_json) for u in rec.config.update})
-    return rows, config
+        elif kind in ("run", "config"):
+            updates = rec.run.config.update if kind == "run" else rec.config.update
+            config.update({u.key: json.loads(u.value_json) for u in updates})
+        elif kind == "exit":
+            exit_code = rec.exit.exit_code
+    return rows, config, exit_code
+
+
+def ctrl_c_when(child: subprocess.Popen, ready) -> str:
+    """Wait for `ready()`, send SIGINT as a terminal's Ctrl-C would, and reap the child; its stderr."""
+    try:
+        ready()
+        child.send_signal(signal.SIGINT)
+        return child.communicate(timeout=120)[1]
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+# --- the loop in-process -------------------------------------------------------------------------------
+
+def test_same_seed_gives_bit_identical_steps(tiny_files, tmp_path):
+    cfg, _ = from_logged(TINY, "synthetic-tiny")
+    cfg = cpu_proxy(cfg, steps=6)
+    text = (tiny_files / "text.txt").read_text()
+    corpus = corpus_from_domains({"prose": text[:60_000], "code": text[60_000:]}, 512, 64, "test", tmp_path)
+    runs = []
+    for seed in (7, 7, 8):
+        rows: list[dict] = []
+        out = train(cfg, corpus, seed=seed, log=lambda m, s, rows=rows: rows.append(m))
+        runs.append(([r["train/loss"] for r in rows], [r["grad/norm/total"] for r in rows],
+                     out["model"].stacked_blocks[1].mlp.router_bias.clone()))
+    (loss_a, grad_a, bias_a), (loss_b, grad_b, bias_b), (loss_c, _, _) = runs
+    assert len(loss_a) == 6 and loss_a == loss_b and grad_a == grad_b  # exact float equality, every step
+    assert torch.equal(bias_a, bias_b) and bias_a.abs().sum() > 0     # QB moved the bias, identically
+    assert loss_c != loss_a
+
+
+def test_mfu_never_exceeds_100_percent_a_low_peak_is_raised_and_said(tiny_files, tmp_path):
+    from repro.loop import Peak
+
+    cfg, _ = from_logged(TINY, "synthetic-tiny")
+    text = (tiny_files / "text.txt").read_text()
+    corpus = corpus_from_domains({"prose": text}, 512, 64, "test", tmp_path)
+    rows: list[dict] = []
+    peak = Peak(1.0)  # a peak far below what any step does
+    train(cpu_proxy(cfg, steps=3), corpus, log=lambda m, s: rows.append(m), peak=peak)
+    assert all(0 < r["throughput/mfu"] <= 100.0 for r in rows)
+    assert peak.revised_at is not None and peak.flops > 1e6  # the last step that beat the kept peak
+
+
+# --- the trainer as a process ---------------------------------------------------------------------------
+
+def test_one_run_logs_levanter_keys_and_its_own_schedule(tiny_files, tmp_path):
+    code, doc, err = run(trainer(tiny_files, tmp_path / "out", "--steps", "3", "--seed", "5"))
+    assert code == 0, err
+    assert isinstance(doc["run"], str) and Path(doc["run_dir"]).is_dir() and doc["result"]["steps_done"] == 3
+    rows, config, exit_code = records(Path(doc["run_dir"]))
+    assert exit_code == 0 and [r["global_step"] for r in rows] == [0, 1, 2]
+    keys = set().union(*rows)
+    for key in ("train/loss", "train/cross_entropy_loss", "train/z_loss", "optim/learning_rate", "optim/adam_lr",
+                "grad/norm/total", "params/norm/total", "params/norm/stacked_blocks.0.mlp.router_bias",
+                "grad/norm/stacked_blocks.0.mlp.router_bias", "params/norm/lm_head", "params/norm/stacked_blocks.1.attn.w_q",
+                "throughput/tokens_per_second", "throughput/total_tokens", "throughput/mfu", "moe/drop_fraction",
+                "train/router/routing_entropy_mean", "train/router/layer_1/capacity_overflow_rate", "eval/loss",
+                "eval/user/loss", "mixture/stage", "mixture/weight/user"):
+        assert key in keys, key
+    assert all(0 < r["throughput/mfu"] <= 100 for r in rows)
+    assert [r["throughput/total_tokens"] for r in rows] == [512, 1024, 1536]  # the run's own tokens: 8 × 64 per step
+    unwrap = {k: (v["value"] if isinstance(v, dict) and "value" in v else v) for k, v in config.items()}
+    assert unwrap["trainer"]["num_train_steps"] == 3 and unwrap["trainer"]["train_batch_size"] == 8
+    assert unwrap["trainer"]["seed"] == 5 and unwrap["model"]["seq_len"] == 64 and unwrap["model"]["hidden_dim"] == 64
+    assert unwrap["optimizer"]["lr_schedule"] == "linear" and unwrap["optimizer"]["warmup"] == 0.01
+    assert unwrap["optimizer"]["decay"] is None and unwrap["optimizer"]["type"] == "muonh"
+    assert [w[0] for w in unwrap["data"]["train_weights"]] == [0, 1, 2]  # phase starts at 27.7 % and 80 % of 3 steps
+    assert unwrap["marinctl"]["repro_of"] == "synthetic-tiny" and unwrap["marinctl"]["kind"] == "cpu-proxy"
 
 
 @pytest.mark.slow
-def test_logged_run_has_marin_keys_and_links_to_the_rung(corpus, tmp_path, store):
-    from marinctl import paths
+def test_two_ranks_under_torchrun_log_one_run_matching_one_process(tiny_files, tmp_path):
+    code1, one, err1 = run(trainer(tiny_files, tmp_path / "one", "--steps", "2", "--seed", "1"))
+    code2, two, err2 = run(trainer(tiny_files, tmp_path / "two", "--steps", "2", "--seed", "1", nproc=2))
+    assert code1 == 0, err1
+    assert code2 == 0, err2
+    assert two["result"]["ranks"] == 2
+    assert len(list((tmp_path / "two" / "wandb").glob("offline-run-*"))) == 1  # rank 0 alone logs
+    rows1, _, _ = records(Path(one["run_dir"]))
+    rows2, config2, exit2 = records(Path(two["run_dir"]))
+    assert exit2 == 0 and [r["global_step"] for r in rows2] == [0, 1]
+    assert rows2[0]["train/loss"] == pytest.approx(rows1[0]["train/loss"], rel=0.01)
+    assert rows2[0]["throughput/total_tokens"] == rows1[0]["throughput/total_tokens"]  # the same global batch
+    # sharded MuonH/AdamH still keep every matrix on its hyperball (norms reduced across ranks)
+    for key in ("params/norm/stacked_blocks.0.attn.w_q", "params/norm/stacked_blocks.1.mlp.expert_mlp.w_up",
+                "params/norm/lm_head"):
+        assert rows2[-1][key] == pytest.approx(rows2[0][key], rel=1e-4)
+        assert rows2[0][key] == pytest.approx(rows1[0][key], rel=1e-4)
 
-    cfg = tiny_cfg(12, corpus.vocab_size)
-    run = open_wandb_run(cfg, paths.subdir("repro"), 0, corpus)
-    run_dir = Path(run.dir).parent
-    try:
-        out = train(cfg, corpus, seed=0, log=lambda m, s: run.log(m, step=s), peak_flops=1e11)
-    finally:
-        close_wandb_run(run, {"final_loss": 0.0})
-    assert out["steps_done"] == 12
-    import time
 
-    time.sleep(0.5)
-    rows, config = _history_and_config(next(run_dir.glob("*.wandb")))
-    assert len(rows) == 12
-    keys = set().union(*rows)
-    expected = {
-        "train/loss", "train/cross_entropy_loss", "grad/norm/total", "params/norm/total", "optim/learning_rate",
-        "optim/adam_lr", "throughput/tokens_per_second", "throughput/mfu", "throughput/duration",
-        "throughput/total_tokens", "moe/drop_fraction", "train/router/routing_entropy_mean",
-        "train/router/layer_0/routing_entropy", "train/router/layer_3/capacity_overflow_rate",
-        "eval/loss", "eval/prose/loss", "eval/code/loss", "mixture/stage", "mixture/weight/prose",
-        "mixture/weight/code", "params/norm/stacked_blocks.0.mlp.router_bias",
-        "grad/norm/stacked_blocks.0.mlp.router_bias", "params/norm/stacked_blocks.3.attn.w_q",
-        "grad/norm/lm_head", "params/norm/token_embed",
-    }
-    assert expected <= keys, sorted(expected - keys)
-    assert "eval/paloma/macro_loss" not in keys  # not faked
-    watch_steps = [i for i, r in enumerate(rows) if "params/norm/stacked_blocks.0.mlp.router_bias" in r]
-    assert watch_steps == [0, 10, 11]  # every 10 steps, and the last
-    assert all(r["grad/norm/stacked_blocks.0.mlp.router_bias"] == 0.0 for r in rows if "grad/norm/stacked_blocks.0.mlp.router_bias" in r)
-    assert rows[10]["params/norm/stacked_blocks.0.mlp.router_bias"] > 0  # QB moved it
-    marker = config["marinctl"]
-    assert marker.get("value", marker)["repro_of"] == "rung1"
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_without_cpu_the_run_trains_on_cuda_in_bf16(tiny_files, tmp_path):
+    code, doc, err = run(trainer(tiny_files, tmp_path / "gpu", "--steps", "2", cpu=False))
+    assert code == 0, err
+    assert doc["result"]["device"] == "cuda" and doc["result"]["compute_dtype"] == "bfloat16"
+    rows, _, exit_code = records(Path(doc["run_dir"]))
+    assert exit_code == 0 and len(rows) == 2 and all(0 < r["throughput/mfu"] <= 100 for r in rows)
 
-    try:
-        from marinctl.sources.wandb_local import sync_path
-    except ImportError:
-        pytest.skip("marinctl.sources.wandb_local not present yet")
-    from marinctl.store.runs import find_rung_runs
 
-    sync_path(store, run_dir)
-    with store.connect() as con:
-        linked = find_rung_runs(con, "rung1")
-    assert [r["run_id"] for r in linked] == [run.id] and linked[0]["source"] == "repro"
+def test_ctrl_c_finishes_the_run_as_killed(tiny_files, tmp_path):
+    cmd = trainer(tiny_files, tmp_path / "out", "--steps", "500")
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+    def first_step() -> None:
+        for line in child.stderr:
+            if line.startswith("step "):
+                return
+
+    err = ctrl_c_when(child, first_step)
+    assert child.returncode == 130 and "interrupted" in err
+    (run_dir,) = (tmp_path / "out" / "wandb").glob("offline-run-*")
+    rows, _, exit_code = records(run_dir)
+    assert exit_code == 255 and 1 <= len(rows) < 500  # W&B's own Ctrl-C code: killed, not finished
+
+
+def test_bad_input_is_exit_2_with_a_hint(tiny_files, tmp_path):
+    code, _, err = run([sys.executable, "-m", "repro.train", "rung9", "--dry-run"])
+    assert code == 2 and "unknown rung 'rung9'" in err and "try:" in err and len(err.strip().splitlines()) == 2
+    (tmp_path / "bad.json").write_text("{not json")
+    code, _, err = run([sys.executable, "-m", "repro.train", "--from-config", str(tmp_path / "bad.json"), "--dry-run"])
+    assert code == 2 and "not JSON" in err
+    code, _, err = run([sys.executable, "-m", "repro.train", "rung1"])  # the true size needs CUDA
+    if not torch.cuda.is_available():
+        assert code == 2 and "needs CUDA" in err and "--cpu" in err

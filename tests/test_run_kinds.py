@@ -67,8 +67,7 @@ def test_explain_context_uses_the_runs_own_schedule(mc, kind):
     assert data.get("next_switch") == nxt
 
 
-@kinds("repro", "local", reason="issue 14 #2: mix ends a run's last logged mixture phase where it was logged, so later "
-       "steps are 'outside every phase' (the run's own data.train_weights are not its phases)")
+@kinds()
 def test_mix_phases_are_the_runs_own(mc, kind):
     run = KINDS[kind]
     sched = SCHEDULES[run]
@@ -146,8 +145,6 @@ def test_ladder_pin_exits_0_with_logged_rungs_and_a_repro_run(mc):
     run_cli(mc, "ladder", "--pin", "1.6")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 14 #5: on a store holding only a repro run (after `demo`), "
-                                       "`ladder --pin 1.6` exits 2: the repro run is counted as a rung")
 def test_ladder_pin_works_when_the_only_run_is_a_repro_run(cli, tmp_path_factory, tmp_path):
     folder = next(d for d in local_wandb_dir(tmp_path_factory).iterdir() if d.name.endswith(REPRO_ID))
     home = tmp_path / "demo-home"

@@ -190,8 +190,6 @@ def quiet_server(monkeypatch):
     server.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 #5: a second sync of a finished, fully mirrored run re-fetches "
-                                       "history (a HistoryPage for its last step)")
 def test_second_sync_of_a_finished_run_is_one_metadata_request(cli, quiet_server):
     server, done, _ = quiet_server
     run_cli(cli, "sync", f"{E}/{P}/{done.run_id}")
@@ -218,12 +216,7 @@ def test_live_run_refetches_only_from_its_last_stored_step(cli, quiet_server):
 # --- sync locks keyed by the resolved run ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("second", [
-    pytest.param("url", marks=pytest.mark.xfail(strict=True, reason="issue 13 #8: sync locks are keyed by the raw "
-                                                "target text: the run's URL syncs it while E/P/R is syncing")),
-    pytest.param("run-id", marks=pytest.mark.xfail(strict=True, reason="issue 13 #8: the bare run id of a stored "
-                                                   "run is not a sync target today (exit 2), let alone locked")),
-])
+@pytest.mark.parametrize("second", ["url", "run-id"])
 def test_one_run_cannot_be_synced_twice_at_once_under_another_name(tmp_path, second):
     """The first sync is held at its first history page by the server; meanwhile the same run,
     named another way, must be refused (exit 1, "already syncing") instead of synced twice."""
@@ -296,3 +289,34 @@ def test_rewind_detections_agree_with_a_fresh_mirror(tmp_path, cli, monkeypatch)
     assert rewinds and rewinds[0][0] == 600 and rewinds[0][3] == "infrastructure"
     assert [a for a in incremental if a[2] != "rewind"] == [a for a in full if a[2] != "rewind"]
     assert any(a[0] == 1000 and a[1] == "train/loss" for a in full)
+
+
+def test_rewind_is_recorded_where_the_sync_saw_history_rewritten(tmp_path, cli, monkeypatch):
+    """A rewind re-logged without a wall-clock gap: the one `rewind` recorded is at the step the
+    sync re-fetched from (not a guess from timestamps), and every other detection agrees with a
+    fresh mirror of the same history."""
+    from tests.fakes.synth import marin_run
+
+    run = marin_run("rewind-quick-synthetic", steps=900, entity=E, project=P, state="running", layers=1, experts=2,
+                    norm_every=50, eval_every=100)
+    server = start_wandb([run], exported_until={run.run_id: 0})
+    monkeypatch.setenv("WANDB_BASE_URL", server.url)
+    try:
+        seen = tmp_path / "seen"
+        run_cli(cli, "--home", str(seen), "sync", f"{E}/{P}/{run.run_id}")
+        run.rewrite_from(600, seed=77)
+        run.extend(1200, seed=78)
+        report = cli_json(cli, "--home", str(seen), "sync", f"{E}/{P}/{run.run_id}", "--json")
+        fresh = tmp_path / "fresh"
+        run_cli(cli, "--home", str(fresh), "sync", f"{E}/{P}/{run.run_id}")
+    finally:
+        server.stop()
+
+    def found(home):
+        rows = cli_json(lambda *a: cli("--home", str(home), *a), "anomalies", "--run", run.run_id, "--json")
+        return sorted((r["step"], r["metric"], r["kind"], r["cause_class"]) for r in rows)
+
+    incremental, full = found(seen), found(fresh)
+    assert report["runs"][0]["rewound_from"] == 600
+    assert [a for a in incremental if a[2] == "rewind"] == [(600, "_step", "rewind", "infrastructure")]
+    assert [a for a in incremental if a[2] != "rewind"] == [a for a in full if a[2] != "rewind"]

@@ -49,3 +49,14 @@ def test_cli_bad_target_exit_2_one_line(cli):
     assert code == 2
     assert err.startswith("marinctl: error: unknown sync target")
     assert "Traceback" not in err and len(err.strip().splitlines()) == 2
+
+
+def test_a_run_named_two_ways_is_one_lock_key():
+    """issue 13 #8: sync locks are keyed by the resolved run, not the text typed."""
+    from marinctl.sync import lock_key
+
+    keys = {lock_key(parse_target(raw)[0]) for raw in (
+        "marin-community/marin_moe/hero-12d8b6f0-dee637",
+        "https://wandb.ai/marin-community/marin_moe/runs/hero-12d8b6f0-dee637",
+        "https://forge.coreweave.com/wandb/marin-community/marin_moe/runs/hero-12d8b6f0-dee637?nw=1")}
+    assert keys == {"marin-community/marin_moe/hero-12d8b6f0-dee637"}

@@ -134,7 +134,9 @@ async def test_n_jumps_to_marker_and_e_opens_explain_for_it(watch_store, cli):
         assert f"explain step {SPIKE_STEP} · hero" in text
         assert "train/loss · spike at step 250" in text and "data_batch" in text
         assert "data mix     phase 2 (main) since step 221" in text      # the synthetic hero's own 800 steps
-        assert "anomaly @250: train/loss spike" in text
+        await pilot.press("end")                                          # the markers close the text: scroll to them
+        await pilot.pause(0.2)
+        assert "anomaly @250: train/loss spike" in screen_text(app)
         await pilot.press("escape")
         assert type(app.screen).__name__ != "ExplainScreen"
         await pilot.press("n")

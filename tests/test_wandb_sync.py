@@ -61,7 +61,7 @@ def test_sync_mirrors_every_row_and_export_reproduces_it(cli, wandb_env, monkeyp
     from marinctl.sync import wandb as wandb_sync
 
     monkeypatch.setattr(wandb_sync, "PARQUET_MIN_STEPS", 100)  # small runs still take the export path
-    monkeypatch.setattr(wandb_parquet, "PARQUET_CHUNK_STEPS", 137)  # and cross batch boundaries
+    monkeypatch.setattr(wandb_parquet, "DOWNLOADS_AT_ONCE", 1)  # and one part at a time
     runs = hero_lineage(300) + ladder_runs(200)
     server = wandb_env(runs)
     code, out, err = cli("sync", PROJECT, "--json")

@@ -6,8 +6,9 @@ Order of evidence (the first that applies wins, recorded as `align` in the event
 2. `checkpoint`: a checkpoint path `…/step-N` (handoff, "resumed from") → step N — the
    checkpoint holds N completed updates, so the resumed run's first logged step is N
    (marin.md §3.5);
-3. `text`: "step 54k", "step 81,716" → that step, on the run the text names or the hero
-   lineage run whose segment holds it;
+3. `text`: "step 54k", "Step 1,600", "steps 700 to 800" → that step (a range's first), on
+   the run the text names, the hero lineage run whose segment holds it, or the run that was
+   logging at the event's time — the time picks the run, never the step;
 4. `time`: the event's timestamp through the run's `_timestamp` → step mapping (the run
    the text names, else the most recently started run that was logging at that time).
 Events that none of these place keep step NULL; a later sync (after W&B history lands)
@@ -117,9 +118,12 @@ class Aligner:
             step = facts["checkpoint_step"]
             run = named or self.run_for_step(step)
             return self._result(run, step, "checkpoint", facts)
-        if facts.get("steps"):
+        if facts.get("steps"):           # the text names the step: it wins over the time
             step = facts["steps"][0]
             run = named or self.run_for_step(step)
+            if run is None and stamp is not None:   # no lineage to ask: the run logging then
+                found = self.run_at_time(stamp)
+                run = found[0] if found else None
             return self._result(run, step, "text", facts)
         if stamp is not None:
             if named is not None:

@@ -57,6 +57,18 @@ class Attribution:
                  "delta_sq": l["delta"]} for l in self.top_leaves(n)]
 
 
+def evidence(att: Attribution, n: int = 8) -> dict[str, Any]:
+    """What a finding shows of an attribution: leaves (the contract's `attribution` list), module,
+    layer and role rollups, Δ‖θ‖² (summed over leaves, and of the logged total) and per step."""
+    spanned = max(att.step_after - att.step_before, 1)
+    return {"attribution": att.as_json(n),
+            "by_module": [{"module": r["module"], "label": r["label"], "share": r["share"]} for r in att.by_module[:6]],
+            "by_layer": [{"layer": r["layer"], "label": r["label"], "share": r["share"]} for r in att.by_layer[:6]],
+            "by_role": [{"role": r["role"], "share": r["share"]} for r in att.by_role],
+            "delta_sq": att.total_delta, "logged_delta_sq": att.logged_total_delta,
+            "steps_spanned": spanned, "delta_sq_per_step": att.total_delta / spanned}
+
+
 def split(before: dict[str, float], after: dict[str, float], roles: RecipeRoles, *, prefix: str = "params/norm/",
           step_before: int = 0, step_after: int = 0) -> Attribution:
     """Attribute Δ Σ‖θᵢ‖² across the leaves present at both steps (pure; no store)."""

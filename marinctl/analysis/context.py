@@ -17,7 +17,7 @@ from marinctl.store import Connection
 from marinctl.store import metrics as M
 from marinctl.store import series as S
 
-__all__ = ["config_of", "context_at", "lineage_points", "warmup_end_step"]
+__all__ = ["config_of", "context_at", "lineage_points", "schedule_points", "warmup_end_step"]
 
 HERO_CKPT_EVERY = 6_000
 ASSUMED_WARMUP = 0.01        # Levanter's default `optimizer.warmup`, for runs that do not say
@@ -37,6 +37,20 @@ def warmup_end_step(run: dict[str, Any]) -> int:
     return int(ASSUMED_WARMUP * sched.total_steps) if sched.total_steps else 0
 
 
+def schedule_points(run: dict[str, Any]) -> list[tuple[int, str]]:
+    """(step, what) where the run's own schedule changes shape: warm-up end, each data-phase
+    switch, decay start. Detection keeps quiet about level shifts there (episodes.py)."""
+    sched = schedule_of(run)
+    out = []
+    if sched.warmup_end_step:
+        out.append((sched.warmup_end_step, "warm-up ends"))
+    if sched.decay_start_step and sched.decay_start_step != sched.warmup_end_step:
+        out.append((sched.decay_start_step, "decay starts"))
+    for i, phase in enumerate(sched.phases[1:], start=2):
+        out.append((phase.start_step, f"data phase {i} ({phase.name}) starts"))
+    return sorted(out)
+
+
 def lr_phase(con: Connection, target, step: int) -> dict[str, Any]:
     run = target.run_at(step)
     sched = schedule_of(run)
@@ -51,8 +65,9 @@ def lr_phase(con: Connection, target, step: int) -> dict[str, Any]:
         phase = "stable"
     else:
         phase = "decay"
-    return {"phase": phase, "warmup_end_step": wend, "total_steps": total, "schedule_from": sched.source("total_steps"),
-            "warmup_from": sched.source("warmup"), "learning_rate": float(lr[0]) if len(lr) else None,
+    return {"phase": phase, "warmup_end_step": wend, "decay_start_step": sched.decay_start_step, "total_steps": total,
+            "schedule_from": sched.source("total_steps"), "warmup_from": sched.source("warmup"),
+            "decay_from": sched.source("decay"), "learning_rate": float(lr[0]) if len(lr) else None,
             "fraction": (step / total) if total else None}
 
 
@@ -118,6 +133,39 @@ def moved_metrics(con: Connection, target, step: int, exclude: set[str] | None =
     return out
 
 
+SCHEDULE_WINDOW = 300       # steps either side of N: scheduled changes shown in the context
+LEVEL_ROWS = 20             # logged rows either side of a scheduled change: the level it moved by
+
+
+def _level_ratio(con: Connection, target, key: str, at: int) -> float | None:
+    """Median of the LEVEL_ROWS logged values from `at` on over the median of those before it."""
+    import numpy as np
+
+    steps, v = M.series(con, target.segments, key, at - 100 * LEVEL_ROWS, at + 100 * LEVEL_ROWS)
+    ok = np.isfinite(v) & (v > 0)
+    steps, v = steps[ok], v[ok]
+    before, after = v[steps < at][-LEVEL_ROWS:], v[steps >= at][:LEVEL_ROWS]
+    if len(before) < 3 or len(after) < 3:
+        return None
+    return float(np.median(after) / np.median(before))
+
+
+def schedule_near(con: Connection, target, step: int, window: int = SCHEDULE_WINDOW) -> list[dict[str, Any]]:
+    """The run's scheduled changes within `window` steps of `step` and how far loss and grad norm
+    moved there: expected shape, so they are context, never findings."""
+    out = []
+    for at, what in schedule_points(target.run_at(step)):
+        if abs(at - step) > window:
+            continue
+        moved = {}
+        for key, label in (("train/loss", "loss"), ("grad/norm/total", "grad_norm")):
+            ratio = _level_ratio(con, target, key, at)
+            if ratio is not None:
+                moved[label] = ratio
+        out.append({"step": at, "what": what, "level_ratio": moved})
+    return out
+
+
 def context_at(con: Connection, target, step: int, *, window: int = 1000,
                exclude: set[str] | None = None) -> dict[str, Any]:
     """The contract's `context` block (lr_phase, data_phase, events) plus the rest."""
@@ -132,6 +180,7 @@ def context_at(con: Connection, target, step: int, *, window: int = 1000,
         "evals": eval_steps(con, target, step, 50),
         "checkpoints": checkpoint_steps(run, step, window),
         "lineage": lineage_points(target, step, window),
+        "schedule": schedule_near(con, target, step),
         "run_at_step": run["run_id"],
         "moved": moved_metrics(con, target, step, exclude),
     }

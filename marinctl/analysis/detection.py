@@ -4,7 +4,10 @@ Incremental: each pass scores the steps synced since the last one, plus REVISIT 
 before them (episodes that straddle the previous end). A pass also remembers `_timestamp`
 fingerprints of the history it saw, every FINGERPRINT_EVERY steps; when they no longer
 match, history was rewritten (a W&B rewind) and the pass reports a `rewind` at the first
-differing step and re-scores from there.
+differing step and re-scores from there. A logit-growth episode still under way that began
+before the steps re-scored pulls the start back to its onset (at most LOOKBACK steps), so
+the lm_head drift it explains is replaced by it even when an earlier pass stored that drift
+before the trend was clear.
 
 Nothing here writes: a pass returns a `Detection`, and the sync pipeline stores it
 (sync/derive.py) — anomalies and the new position in one transaction.
@@ -66,11 +69,17 @@ def incremental(con: Connection, run_pk: int) -> Detection:
     emit_lo = max(start - REVISIT, fr.own_lo) if position is not None else fr.own_lo
     refs = {k: (int(v[0]), float(v[1])) for k, v in (extra.get("refs") or {}).items()}
     leaves = D.hyperball_leaves(con, fr)
-    if leaves and (not refs or any(k not in refs for k in leaves)):
+    if leaves and (not refs or len(leaves) != extra.get("ref_leaves")):   # new leaves in the store since
         refs = D.hyperball_refs(con, fr, leaves)
-    out.found = D.scan(con, fr, emit_lo, None, refs=refs)
+    trends: list = []
+    out.found = D.scan(con, fr, emit_lo, None, refs=refs, trends_out=trends)
+    onset = min((a.details["start"] for a in trends if a.details["end"] >= emit_lo), default=None)
+    if onset is not None and onset < emit_lo:
+        emit_lo = max(onset, fr.own_lo, emit_lo - D.LOOKBACK)
+        out.found = D.scan(con, fr, emit_lo, None, refs=refs)
     out.replace_from = emit_lo
-    out.position, out.memory = last, _memory(con, fr, last, refs)
+    kept = [] if out.rewound_at is not None else [f for f in extra.get("fingerprints") or [] if int(f[0]) % FINGERPRINT_EVERY == 0]
+    out.position, out.memory = last, _memory(con, fr, last, refs, len(leaves), kept)
     return out
 
 
@@ -82,7 +91,7 @@ def full(con: Connection, run_pk: int) -> Detection:
     out = Detection(run_pk, fr.run["uid"], D.scan(con, fr, fr.own_lo, None, refs=refs), fr.own_lo, full=True)
     last = metrics.step_range(con, [(run_pk, None, None)])[1]
     if last is not None:
-        out.position, out.memory = last, _memory(con, fr, last, refs)
+        out.position, out.memory = last, _memory(con, fr, last, refs, len(leaves))
     return out
 
 
@@ -92,16 +101,28 @@ def saved_refs(con: Connection, uid: str) -> dict[str, tuple[int, float]] | None
     return {k: (int(v[0]), float(v[1])) for k, v in saved.items()} or None
 
 
-def _memory(con: Connection, fr: D.RunFrame, last: int, refs: dict) -> dict[str, Any]:
-    fingerprints = [[s, v] for s, v in history.sampled(con, fr.run_pk, D.TIMESTAMP, last, FINGERPRINT_EVERY)]
-    return {"fingerprints": fingerprints, "refs": {k: list(v) for k, v in refs.items()}}
+def _memory(con: Connection, fr: D.RunFrame, last: int, refs: dict, leaves: int,
+            kept: list[list[float]] | None = None) -> dict[str, Any]:
+    """What the next pass needs: `_timestamp` fingerprints (those still valid, plus new ones past
+    them), the hyperball references and how many leaves they were read for."""
+    kept = kept or []
+    since = int(kept[-1][0]) + 1 if kept else 0
+    fingerprints = kept + [[s, v] for s, v in history.sampled(con, fr.run_pk, D.TIMESTAMP, last, FINGERPRINT_EVERY, since)]
+    return {"fingerprints": fingerprints, "refs": {k: list(v) for k, v in refs.items()}, "ref_leaves": leaves}
 
 
 def _rewound_at(con: Connection, fr: D.RunFrame, fps: list[list[float]]) -> int | None:
-    """First step whose stored history differs from what an earlier pass saw (None: same)."""
+    """First step whose stored history differs from what an earlier pass saw (None: same).
+
+    A rewind rewrites everything from its step on, so when the newest fingerprint still matches,
+    nothing before it changed: one row read. Otherwise every fingerprint is compared."""
     if not fps:
         return None
-    now = dict(history.sampled(con, fr.run_pk, D.TIMESTAMP, int(fps[-1][0]), FINGERPRINT_EVERY))
+    newest, ts = int(fps[-1][0]), fps[-1][1]
+    now = dict(history.sampled(con, fr.run_pk, D.TIMESTAMP, newest, FINGERPRINT_EVERY, newest))
+    if newest in now and math.isclose(now[newest], ts, rel_tol=0, abs_tol=1e-3):
+        return None
+    now = dict(history.sampled(con, fr.run_pk, D.TIMESTAMP, newest, FINGERPRINT_EVERY))
     prev = fr.own_lo - 1
     for step, ts in fps:
         step = int(step)

@@ -30,25 +30,34 @@ Detectors and thresholds (each with its source; peers.md §B.1, marin.md §5):
 - **router**: routing-entropy drop (z < −8), drop/overflow fraction rise (z > 8 and
   +0.5 percentage points), router z-loss jump (log z > 8) — DeepSeek-V3 / Marin router
   metrics as instability signals (peers.md §B.3, marin.md §5).
-- **param_norm_jump**: robust z > 8 of Δlog‖θ‖ between watch steps (trailing 50 watch
-  points) and |Δlog‖θ‖| > 1e-4; classified by exact attribution (attribution.py).
+- **param_norm_jump**: robust z > 8 of Δlog‖θ‖ *per step* between watch steps (trailing 50
+  watch points) and |Δlog‖θ‖| > 1e-4; classified by exact attribution (attribution.py). A
+  delta is divided by the steps it spans, so the first delta after a gap or a restart is
+  judged as that many steps of change: it is found only when its per-step rate is itself
+  anomalous (otherwise the gap is the explanation, reported as `step_gap`).
+- **step_gap** compares the steps between rows with the run's median logging interval: a run
+  logging every 10 steps has no gap at every row; a skip of at least two intervals is one.
+- Spike scores become events (episodes.py: one event per cause, level shifts apart, schedule
+  changes quiet), logit growth is a trend test (trends.py), NaN/Inf and overflow markers are
+  `numerics` (numerics.py).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from marinctl.analysis import episodes, numerics, trends
 from marinctl.analysis import roles as roles_mod
 from marinctl.domain import Anomaly
 from marinctl.store import Connection, history, rolling
 from marinctl.store.metrics import Segment
 
-LOSS, GRAD, PNORM = "train/loss", "grad/norm/total", "params/norm/total"
+LOSS, GRAD, PNORM, CE = "train/loss", "grad/norm/total", "params/norm/total", "train/cross_entropy_loss"
 TPS, DURATION, TIMESTAMP = "throughput/tokens_per_second", "throughput/duration", "_timestamp"
 ENTROPY, ZLOSS = "train/router/routing_entropy_mean", "train/router/router_z_loss"
 DROP, OVERFLOW = "moe/drop_fraction", "train/router/capacity_overflow_rate_mean"
@@ -71,6 +80,8 @@ NORM_MIN_POINTS = 10
 NORM_MIN_DLOG = 1e-4
 ROUTER_MIN_RISE = 0.005
 LOOKBACK = TPUT_BASE + TPUT_RECENT + 70   # steps read before the first step scored
+REF_SPAN = 10_000           # steps read first for the hyperball references (their first logged values)
+LOOKAHEAD = 200             # steps read after the last one scored: does a spike come back (episodes.py)?
 
 # (key, transform, direction, threshold, MAD floor, kind, cause_class, router metric?)
 _SPIKE_KEYS = (
@@ -83,6 +94,7 @@ _SPIKE_KEYS = (
 )
 
 Owner = Callable[[int], int]   # step -> run_pk the finding belongs to (a stitched lineage has several)
+Series = tuple[np.ndarray, np.ndarray]
 
 
 # --- run context the detectors need --------------------------------------------------------------
@@ -96,6 +108,7 @@ class RunFrame:
     own_lo: int
     warmup_end: int
     roles: roles_mod.RecipeRoles
+    schedule: list[tuple[int, str]] = field(default_factory=list)   # (step, what): changes the schedule announces
 
     @property
     def run_pk(self) -> int:
@@ -103,64 +116,58 @@ class RunFrame:
 
 
 def frame(con: Connection, run_pk: int) -> RunFrame:
-    from marinctl.analysis.context import warmup_end_step
-    from marinctl.store import lineage
+    """A run as detection reads it: its own steps plus, for a fork child, its parents' up to the fork."""
     from marinctl.store.runs import get_run
 
-    run = get_run(con, run_pk)
+    return frame_of(con, get_run(con, run_pk))
+
+
+def frame_of(con: Connection, run: dict[str, Any]) -> RunFrame:
+    from marinctl.analysis.context import schedule_points, warmup_end_step
+    from marinctl.store import lineage
+
     chain = lineage.chain(con, run)
     segs = lineage.segments_for(chain)
     # detection reads the parent only up to the fork; the run itself to its end
     segs[-1] = (segs[-1][0], segs[-1][1], None)
     own_lo = segs[-1][1] or 0
-    return RunFrame(run, segs, own_lo, warmup_end_step(run), roles_mod.recipe_roles(run))
+    return RunFrame(run, segs, own_lo, warmup_end_step(run), roles_mod.recipe_roles(run), schedule_points(run))
 
 
-def _has(data: pa.Table, key: str) -> bool:
-    return data.filter(pc.equal(data["key"], key)).num_rows > 0
+def split_keys(con: Connection, data: pa.Table) -> dict[str, Series]:
+    """A long (key, step, value) frame as {key: (steps, values)} in step order."""
+    return rolling.by_key(con, data)
+
+
+def _log_series(cols: dict[str, Series], key: str) -> episodes.KeySeries:
+    steps, v = cols.get(key, (np.empty(0, np.int64), np.empty(0)))
+    ok = np.isfinite(v) & (v > 0)
+    return episodes.KeySeries(steps[ok], np.log(v[ok]))
 
 
 # --- detectors -------------------------------------------------------------------------------
 
-def spikes(con: Connection, fr: RunFrame, data: pa.Table, emit_lo: int, emit_hi: int | None, owner: Owner) -> list[Anomaly]:
-    """Loss and gradient spikes (co-spikes with their precursor), router-metric jumps."""
-    specs = [(k[0], k[1], k[2], k[3] * 0.75, k[4]) for k in _SPIKE_KEYS]   # each key's lowest bar (warm-up aside)
-    rows = rolling.robust_z(con, data, specs, SPIKE_WINDOW, MIN_BASELINE, max(emit_lo - 3, 0), emit_hi)
+def spikes(con: Connection, fr: RunFrame, data: pa.Table, emit_lo: int, emit_hi: int | None, owner: Owner,
+           overlap: bool = False, cols: dict[str, Series] | None = None) -> list[Anomaly]:
+    """Loss and gradient spikes made into events (episodes.py), router-metric jumps."""
+    cols = cols if cols is not None else split_keys(con, data)
+    loss_s, grad_s = _log_series(cols, LOSS), _log_series(cols, GRAD)
+    interval = episodes.interval_of(loss_s.steps)
+    margin = (episodes.GROUP_ROWS + episodes.PRECURSOR_ROWS + 1) * interval
+    # each key's lowest bar (warm-up aside); loss and grad down to an event's easing tail
+    specs = [(k[0], k[1], k[2], episodes.TAIL_Z if k[0] in (LOSS, GRAD) else k[3] * 0.75, k[4]) for k in _SPIKE_KEYS]
+    rows = rolling.robust_z(con, data, specs, SPIKE_WINDOW, MIN_BASELINE, max(emit_lo - margin, 0), emit_hi)
     by_key: dict[str, dict[int, tuple]] = {}
     for key, step, value, base, z in rows:
         by_key.setdefault(key, {})[int(step)] = (value, base, z)
-    out: list[Anomaly] = []
-    loss, grad = by_key.get(LOSS, {}), by_key.get(GRAD, {})
 
     def bar(step: int, thr: float) -> float:
         return thr * (WARMUP_FACTOR if step < fr.warmup_end else 1.0)
 
-    used_grad: set[int] = set()
-    for step, (value, base, z) in sorted(loss.items()):
-        if step < max(emit_lo, SKIP_BEFORE) or (emit_hi is not None and step >= emit_hi):
-            continue
-        lead = next(((s, grad[s]) for s in (step - 1, step - 2) if s in grad and grad[s][2] > bar(s, CO_SPIKE_Z)), None)
-        same = grad.get(step) if step in grad and grad[step][2] > bar(step, CO_SPIKE_Z) else None
-        details = {"value": value, "baseline": base, "z": z, "window": SPIKE_WINDOW, "warmup": step < fr.warmup_end,
-                   "threshold": bar(step, SPIKE_Z)}
-        if lead is not None and z > bar(step, CO_SPIKE_Z):
-            gs, (gv, gb, gz) = lead
-            used_grad.update({gs, step})
-            details.update(grad_step=gs, grad_value=gv, grad_baseline=gb, grad_z=gz, precursor_steps=step - gs)
-            out.append(Anomaly(owner(step), step, LOSS, "co_spike", z, "optimizer", details))
-        elif same is not None and z > bar(step, CO_SPIKE_Z):
-            gv, gb, gz = same
-            used_grad.add(step)
-            details.update(grad_step=step, grad_value=gv, grad_baseline=gb, grad_z=gz, precursor_steps=0)
-            out.append(Anomaly(owner(step), step, LOSS, "co_spike", z, "data_batch", details))
-        elif z > bar(step, SPIKE_Z):
-            out.append(Anomaly(owner(step), step, LOSS, "spike", z, "data_batch", details))
-    for step, (value, base, z) in sorted(grad.items()):
-        if step in used_grad or step < max(emit_lo, SKIP_BEFORE) or (emit_hi is not None and step >= emit_hi):
-            continue
-        if z > bar(step, SPIKE_Z) and not any((step + d) in used_grad for d in (1, 2)):
-            out.append(Anomaly(owner(step), step, GRAD, "grad_spike", z, "optimizer",
-                               {"value": value, "baseline": base, "z": z, "window": SPIKE_WINDOW, "warmup": step < fr.warmup_end}))
+    out = episodes.spike_events(by_key.get(LOSS, {}), by_key.get(GRAD, {}), loss_s, grad_s, bar=bar, co_z=CO_SPIKE_Z,
+                                spike_z=SPIKE_Z, window=SPIKE_WINDOW, skip_before=SKIP_BEFORE, loss_key=LOSS, grad_key=GRAD,
+                                schedule=fr.schedule, warmup_end=fr.warmup_end, emit_lo=emit_lo, emit_hi=emit_hi,
+                                owner=owner, overlap=overlap)
     for key, _, direction, thr, _, kind, cause, router in _SPIKE_KEYS[2:]:
         for step, (value, base, z) in sorted(by_key.get(key, {}).items()):
             if step < max(emit_lo, SKIP_BEFORE, fr.warmup_end if router else 0) or (emit_hi is not None and step >= emit_hi):
@@ -207,8 +214,11 @@ def sustained_rise(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_
 
 
 def throughput(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner: Owner,
-               overlap=False) -> list[Anomaly]:
-    key, sign = (TPS, 1.0) if _has(data, TPS) else (DURATION, -1.0)
+               overlap=False, cols: dict[str, Series] | None = None) -> list[Anomaly]:
+    """Sustained slowdowns. Tokens/s and step duration are per-step rates already, so a logging
+    gap leaves them comparable; the windows count logged rows."""
+    cols = cols if cols is not None else split_keys(con, data)
+    key, sign = (TPS, 1.0) if TPS in cols else (DURATION, -1.0)
     rows = rolling.rate_drops(con, data, key, invert=sign < 0, recent=TPUT_RECENT, base=TPUT_BASE,
                               min_points=TPUT_MIN_BASE, ratio=TPUT_RATIO)
     info = {int(s): (r, b) for s, r, b in rows}
@@ -225,22 +235,28 @@ def throughput(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, 
     return out
 
 
-def timing(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner: Owner) -> list[Anomaly]:
-    """Step gaps and wall-clock gaps (resumes) on the run's own steps, plus its fork point."""
-    rows = rolling.gaps(con, data, TIMESTAMP if _has(data, TIMESTAMP) else LOSS, window=SPIKE_WINDOW,
-                        factor=RESUME_FACTOR, min_seconds=RESUME_MIN_S, lo=emit_lo, hi=emit_hi)
+def timing(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner: Owner,
+           cols: dict[str, Series] | None = None, since: int = 0) -> list[Anomaly]:
+    """Step gaps (against the run's median logging interval) and wall-clock gaps (resumes) on the
+    run's own steps (from `since`), plus its fork point."""
+    cols = cols if cols is not None else split_keys(con, data)
+    rows = rolling.gaps(con, data, TIMESTAMP if TIMESTAMP in cols else LOSS, window=SPIKE_WINDOW,
+                        factor=RESUME_FACTOR, min_seconds=RESUME_MIN_S, lo=emit_lo, hi=emit_hi, since=since)
     out: list[Anomaly] = []
     fork_at = (fr.run.get("fork_step") + 1) if fr.run.get("fork_step") is not None else None
-    for step, prev, dt, med in rows:
+    for step, prev, dt, med, med_ds in rows:
         step, prev = int(step), int(prev)
-        if fork_at is not None and abs(step - fork_at) <= 1 and step - prev <= 1:
+        interval = max(int(round(med_ds or 1)), 1)
+        gap = step - prev > 1 and step - prev >= 2 * interval
+        if fork_at is not None and abs(step - fork_at) <= interval and not gap:
             continue  # the fork's own wall gap: reported as the fork
-        if step - prev > 1:
-            out.append(Anomaly(owner(step), step, "_step", "step_gap", float(step - prev - 1), "infrastructure",
-                               {"previous_step": prev, "missing_steps": step - prev - 1, "wall_gap_s": dt}))
+        if gap:
+            out.append(Anomaly(owner(step), step, "_step", "step_gap", float(step - prev - interval), "infrastructure",
+                               {"previous_step": prev, "missing_steps": step - prev - interval, "logging_interval": interval,
+                                "missing_rows": (step - prev) // interval - 1, "wall_gap_s": dt}))
         else:
             out.append(Anomaly(owner(step), step, TIMESTAMP, "resume", float(dt / med) if med else float(dt), "infrastructure",
-                               {"previous_step": prev, "wall_gap_s": dt, "median_step_s": med,
+                               {"previous_step": prev, "wall_gap_s": dt, "median_step_s": med, "logging_interval": interval,
                                 "threshold_s": max(RESUME_FACTOR * (med or 0), RESUME_MIN_S)}))
     if fork_at is not None and fork_at >= emit_lo and (emit_hi is None or fork_at < emit_hi):
         out.append(Anomaly(fr.run_pk, fork_at, "_lineage", "fork", 1.0, "infrastructure",
@@ -250,19 +266,21 @@ def timing(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owne
 
 
 def nonfinite(con: Connection, fr: RunFrame, emit_lo, emit_hi, owner: Owner) -> list[Anomaly]:
-    return [Anomaly(owner(step), step, key, "nonfinite", float(count), "numerics",
-                    {"first_step": step, "count": count, "value": str(value)})
-            for key, step, count, value in history.nonfinite(con, fr.segments, emit_lo, emit_hi)]
+    return numerics.nonfinite(history.nonfinite(con, fr.segments, emit_lo, emit_hi), owner)
 
 
-def hyperball_leaves(con: Connection, fr: RunFrame) -> list[str]:
-    keys = history.keys_with_prefix(con, "params/norm/", exclude=[PNORM])
+def hyperball_leaves(con: Connection, fr: RunFrame, keys: Sequence[str] | None = None) -> list[str]:
+    keys = history.keys_with_prefix(con, "params/norm/", exclude=[PNORM]) if keys is None else \
+        [k for k in keys if k.startswith("params/norm/") and k != PNORM]
     return [k for k in keys if fr.roles.role(roles_mod.leaf_path(k)).hyperball]
 
 
 def hyperball_refs(con: Connection, fr: RunFrame, leaves: Sequence[str]) -> dict[str, tuple[int, float]]:
-    """Each hyperball leaf's first logged (step, value) in the lineage: the sphere's radius."""
-    return {k: sv for k, sv in history.first_values(con, fr.segments, leaves).items() if sv[1]}
+    """Each hyperball leaf's first logged (step, value) in the lineage: the sphere's radius.
+    Only the first REF_SPAN steps are read (a leaf not logged there is, in practice, another
+    run's); a lineage that logged none of them there costs one full scan."""
+    refs = history.first_values(con, fr.segments, leaves, below=REF_SPAN) or history.first_values(con, fr.segments, leaves)
+    return {k: sv for k, sv in refs.items() if sv[1]}
 
 
 def hyperball_drift(con: Connection, fr: RunFrame, data: pa.Table, refs: dict[str, tuple[int, float]], emit_lo, emit_hi,
@@ -285,25 +303,26 @@ def hyperball_drift(con: Connection, fr: RunFrame, data: pa.Table, refs: dict[st
 
 
 def param_norm_jumps(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner: Owner,
-                     attribute: bool = True) -> list[Anomaly]:
+                     attribute: bool = True, cols: dict[str, Series] | None = None) -> list[Anomaly]:
     from marinctl.analysis import attribution as att_mod
 
     rows = rolling.log_change_z(con, data, PNORM, window=NORM_WINDOW, min_points=NORM_MIN_POINTS,
-                                min_change=NORM_MIN_DLOG, bar=SPIKE_Z, lo=max(emit_lo, SKIP_BEFORE), hi=emit_hi)
+                                min_change=NORM_MIN_DLOG, bar=SPIKE_Z, lo=max(emit_lo, SKIP_BEFORE), hi=emit_hi, per_step=True)
+    steps = (cols if cols is not None else split_keys(con, data)).get(PNORM, (np.empty(0, np.int64), None))[0]
+    usual = episodes.interval_of(steps)
     out = []
     for step, prev, value, d, med, z in rows:
         step, prev = int(step), int(prev)
         details = {"value": value, "previous_step": prev, "previous_value": value / math.exp(d), "dlog": d,
-                   "baseline_dlog": med, "z": z, "window": NORM_WINDOW}
+                   "steps_spanned": step - prev, "dlog_per_step": d / (step - prev), "baseline_dlog_per_step": med,
+                   "baseline_dlog": med * usual, "z": z, "window": NORM_WINDOW, "spans_gap": step - prev >= 2 * usual}
         cause, conf = "none", 0.3
         if attribute:
             att = att_mod.attribute(con, fr.segments, fr.roles, prev, step)
             if att is not None:
                 cause, conf, verdict = classify_norm_change(att, fr.roles, step - prev)
-                details.update(verdict=verdict, delta_sq=att.total_delta,
-                               by_module=[{k: r[k] for k in ("module", "share")} for r in att.by_module[:6]],
-                               by_role=[{k: r[k] for k in ("role", "share")} for r in att.by_role],
-                               top_leaves=[{"name": l["name"], "share": l["share"]} for l in att.top_leaves(5)])
+                details.update(verdict=verdict, top_leaves=[{"name": l["name"], "share": l["share"]} for l in att.top_leaves(5)],
+                               **att_mod.evidence(att))
         details["confidence"] = conf
         out.append(Anomaly(owner(step), step, PNORM, "param_norm_jump", abs(z), cause, details))
     return out
@@ -325,25 +344,105 @@ def classify_norm_change(att, recipe: roles_mod.RecipeRoles, steps: int) -> tupl
     return "optimizer", round(max(0.3, min(0.8, att.share_of(role=roles_mod.ADAM))), 3), "Adam-group parameters moved"
 
 
+# --- logit growth ------------------------------------------------------------------------------
+
+def lm_head_keys(keys: Sequence[str]) -> list[str]:
+    """`params/norm/<leaf>` keys of the output layer (several leaves: their root-sum-of-squares)."""
+    return [k for k in keys if k.startswith("params/norm/") and k != PNORM
+            and roles_mod.module_of(roles_mod.leaf_path(k)) == "lm_head"]
+
+
+def logit_signals(cols: dict[str, Series], head_keys: Sequence[str], logit_keys: Sequence[str]) -> list[trends.Signal]:
+    """lm_head norm, z-loss (a logged key, else `train/loss − train/cross_entropy_loss`), max logits."""
+    out = []
+    heads = [cols[k] for k in head_keys if k in cols]
+    if heads:
+        steps = heads[0][0]
+        if all(len(h[0]) == len(steps) and np.array_equal(h[0], steps) for h in heads):
+            norm = np.sqrt(sum(h[1] ** 2 for h in heads))
+            out.append(trends.signal("lm_head", head_keys[0] if len(heads) == 1 else "lm_head leaves", (steps, norm)))
+    zkey = next((k for k in trends.Z_LOSS_KEYS if k in cols), None)
+    if zkey is not None:
+        out.append(trends.signal("z_loss", zkey, cols[zkey]))
+    elif LOSS in cols and CE in cols:
+        (ls, lv), (cs, cv) = cols[LOSS], cols[CE]
+        both, li, ci = np.intersect1d(ls, cs, assume_unique=True, return_indices=True)
+        with np.errstate(invalid="ignore"):
+            gap = lv[li] - cv[ci]
+        out.append(trends.signal("z_loss", f"{LOSS} − {CE}", (both, gap)))
+    for k in logit_keys:
+        if k in cols:
+            out.append(trends.signal("max_logit", k, cols[k]))
+    return [s for s in out if s is not None]
+
+
+def logit_growth(fr: RunFrame, cols: dict[str, Series], head_keys, logit_keys, owner: Owner) -> list[Anomaly]:
+    loss = cols.get(LOSS)
+    if loss is None or not len(loss[0]):
+        return []
+    return trends.logit_growth(trends.signal("loss", LOSS, loss), logit_signals(cols, head_keys, logit_keys),
+                               start_after=max(SKIP_BEFORE, fr.warmup_end), last_step=int(loss[0][-1]), owner=owner,
+                               metric=LOSS)
+
+
+def _absorbed(a: Anomaly, episode: Anomaly) -> bool:
+    """Whether a finding is part of a logit-growth episode: inside its window and about the output
+    layer (lm_head drift, an lm_head-dominated norm jump) or the loss rising with it."""
+    d = episode.details
+    if not (d["start"] - 10 <= a.step <= d["end"]):
+        return False
+    if a.kind == "hyperball_drift":
+        return all(roles_mod.module_of(roles_mod.leaf_path(l["name"])) == "lm_head" for l in a.details.get("leaves", []))
+    if a.kind == "param_norm_jump":
+        mods = a.details.get("by_module") or []
+        return bool(mods) and mods[0]["module"] == "lm_head"
+    return a.kind == "sustained_rise"
+
+
+def hand_over(found: list[Anomaly]) -> list[Anomaly]:
+    """Findings a logit-growth episode explains are listed in its evidence, not reported apart."""
+    episodes_ = [a for a in found if a.kind == "logit_growth"]
+    out = []
+    for a in found:
+        owner_ep = next((e for e in episodes_ if a is not e and _absorbed(a, e)), None)
+        if owner_ep is None:
+            out.append(a)
+        else:
+            owner_ep.details.setdefault("absorbed", []).append({"kind": a.kind, "metric": a.metric, "step": a.step})
+    return out
+
+
 # --- every detector --------------------------------------------------------------------------
 
 def scan(con: Connection, fr: RunFrame, emit_lo: int, emit_hi: int | None = None, *,
-         overlap: bool = False, refs: dict[str, tuple[int, float]] | None = None, owner: Owner | None = None) -> list[Anomaly]:
-    """Every detector over steps [emit_lo, emit_hi), reading LOOKBACK steps of history before."""
+         overlap: bool = False, refs: dict[str, tuple[int, float]] | None = None, owner: Owner | None = None,
+         trends_out: list[Anomaly] | None = None) -> list[Anomaly]:
+    """Every detector over steps [emit_lo, emit_hi), reading LOOKBACK steps of history before.
+    `trends_out` collects every logit-growth episode seen in what was read, in range or not."""
     owner = owner or (lambda step: fr.run_pk)
     read_lo = max(emit_lo - LOOKBACK, 0)
-    dense = history.frame(con, fr.segments, [LOSS, GRAD, TPS, DURATION, TIMESTAMP, ENTROPY, ZLOSS, DROP, OVERFLOW, PNORM],
-                          read_lo, None if emit_hi is None else emit_hi + 5)
-    found = spikes(con, fr, dense, emit_lo, emit_hi, owner)
+    read_hi = None if emit_hi is None else emit_hi + LOOKAHEAD
+    keys = history.keys_with_prefix(con, "")
+    heads = lm_head_keys(keys)
+    extra = [*trends.Z_LOSS_KEYS, *trends.max_logit_keys(keys), *numerics.marker_keys(keys), *heads]
+    dense = history.frame(con, fr.segments, [LOSS, GRAD, TPS, DURATION, TIMESTAMP, ENTROPY, ZLOSS, DROP, OVERFLOW, PNORM, CE,
+                                             *[k for k in extra if k in set(keys)]], read_lo, read_hi)
+    cols = split_keys(con, dense)
+    found = spikes(con, fr, dense, emit_lo, emit_hi, owner, overlap, cols)
     found += sustained_rise(con, fr, dense, emit_lo, emit_hi, owner, overlap)
-    found += throughput(con, fr, dense, emit_lo, emit_hi, owner, overlap)
-    own = dense.filter(pc.greater_equal(dense["step"], fr.own_lo)) if not overlap else dense
-    found += timing(con, fr, own, max(emit_lo, fr.own_lo if not overlap else 0), emit_hi, owner)
+    found += throughput(con, fr, dense, emit_lo, emit_hi, owner, overlap, cols)
+    own_lo = fr.own_lo if not overlap else 0
+    found += timing(con, fr, dense, max(emit_lo, own_lo), emit_hi, owner, cols, since=own_lo)
     found += nonfinite(con, fr, emit_lo, emit_hi, owner)
-    found += param_norm_jumps(con, fr, dense, emit_lo, emit_hi, owner)
-    leaves = hyperball_leaves(con, fr)
+    found += numerics.overflow({k: cols[k] for k in numerics.marker_keys(list(cols))}, emit_lo, emit_hi, owner)
+    found += param_norm_jumps(con, fr, dense, emit_lo, emit_hi, owner, cols=cols)
+    leaves = hyperball_leaves(con, fr, keys)
     if leaves:
         refs = refs if refs is not None else hyperball_refs(con, fr, leaves)
         watch = history.frame(con, fr.segments, [k for k in leaves if k in refs], max(emit_lo - 20 * 10, 0), emit_hi)
         found += hyperball_drift(con, fr, watch, refs, emit_lo, emit_hi, owner)
-    return found
+    growth = logit_growth(fr, cols, heads, trends.max_logit_keys(keys), owner)
+    if trends_out is not None:
+        trends_out.extend(growth)
+    kept = hand_over(found + growth)
+    return [a for a in kept if a.kind != "logit_growth" or episodes.in_range(a, emit_lo, emit_hi, overlap)]

@@ -20,19 +20,23 @@ _WANDB_URL = re.compile(
 _FORK = re.compile(r"(?:fork_from\s*[=:]\s*[\"'`]?)?([\w.+\-]+(?:/[\w.+\-]+){0,2})\?_step=(\d[\d,_]*)")
 _CHECKPOINT = re.compile(r"([\w.+\-:/]*?/)?step-(\d+)\b")
 _RESUMED = re.compile(r"\b(?:resum(?:ed|ing|e)|restart(?:ed|ing)?|relaunch(?:ed|ing)?)\s+from\b", re.I)
+# "step 54k", "Step 1,600", "STEPS 700 to 800", "Step=2400", "step #2500", "Step ~2800",
+# "step 0.0019M": any case, at a sentence start or in brackets; the first number of a range.
 _STEP = re.compile(
-    r"(?<![\w\-/])steps?(?:\s+|\s*[:=#]\s*)(?:~|≈|about\s+|around\s+)?"
-    r"(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?\s?[kK]\b|\d+)(?![\w.,]\d)"
+    r"(?<![\w\-/])steps?(?:\s+|\s*[:=#]\s*)(?:(?:~|≈|about|around|approx\.?|approximately)\s*)?"
+    r"(\d{1,3}(?:[,_]\d{3})+|\d+(?:\.\d+)?\s?[kKM]\b|\d+)(?!\d)(?![\w.,]\d)",
+    re.I,
 )
 _SHA = re.compile(r"\b[0-9a-f]{7,40}\b")
 _KV_LINE = re.compile(r"^\s*(?:[-*+]\s+)?\|?\s*\**([A-Za-z&/_ \-]{2,40}?)\**\s*(?::|\|)\s*(.+?)\s*\|?\s*$")
 
 
 def parse_count(raw: str) -> int:
-    """'54k' → 54000, '1.5k' → 1500, '81,716' → 81716."""
+    """'54k' → 54000, '1.5k' → 1500, '0.0019M' → 1900, '81,716' → 81716."""
     s = raw.strip().replace(",", "").replace("_", "").replace(" ", "")
-    if s[-1:] in "kK":
-        return int(round(float(s[:-1]) * 1000))
+    scale = {"k": 1_000, "K": 1_000, "M": 1_000_000}.get(s[-1:])
+    if scale:
+        return int(round(float(s[:-1]) * scale))
     return int(float(s))
 
 

@@ -54,6 +54,17 @@ class Fit:
 
 
 def _fit_once(c: np.ndarray, y: np.ndarray, pin: float | None):
+    """One fit; an undefined covariance (as many points as constants) gives NaN errors, not a warning."""
+    import warnings
+
+    from scipy.optimize import OptimizeWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OptimizeWarning)
+        return _fit_quiet(c, y, pin)
+
+
+def _fit_quiet(c: np.ndarray, y: np.ndarray, pin: float | None):
     from scipy.optimize import curve_fit
 
     logc = np.log(c)

@@ -4,13 +4,19 @@ The hero trains on the Harrier 2026.08.18 mixture in three phases — initial, m
 step 108,000, cooldown from step 312,192 of 390,251 — and the ladder rungs switch at the
 same fractions of their own schedules (marin.md §6). The weights come from the best
 source the store holds, always labelled:
-1. `wandb`: the run's own `mixture/weight/*` keys (phases where `mixture/stage` changes);
-2. `config`: the run's staged mixture in its config (`data.train_weights`, Levanter's names);
-3. `file`: the synced repository file `harrier_mix_2026_08_18.json` (per-cell weights
-   `phaseK_weights`: its phase0 is the pretraining mix, phase1 the cooldown mix);
+1. `config`: the run's staged mixture in its config (`data.train_weights`, Levanter's names):
+   its phases, planned to the end of the run, with the weights the run logged
+   (`mixture/weight/*`) where it logged them — a run stopped early still has its later phases;
+2. `wandb`: the run's own `mixture/weight/*` keys (phases where `mixture/stage` changes; the
+   last phase runs to the end of the schedule);
+3. `file`: the synced repository file `harrier_mix_2026_08_18.json`, in any of its shapes:
+   per-cell weights `phaseK_weights` (phase0 the pretraining mix, phase1 the cooldown mix), or
+   stages with their start steps (`stages`/`phases`: `{start_step, weights}`, or Levanter's
+   `train_weights: [[start_step, weights], …]`, as PR #9162's main-phase change writes them);
+   a file in a shape not read here is said so in the notes;
 4. `published`: the topic-share table Marin published (marinctl/data/harrier_mix_published.json).
-Phase boundaries are the run's schedule (analysis/schedule.py). Phase steps are inclusive:
-`end_step` is the last step of the phase.
+Phase boundaries are the run's schedule (analysis/schedule.py), or a file's own start steps.
+Phase steps are inclusive: `end_step` is the last step of the phase.
 """
 
 from __future__ import annotations
@@ -89,20 +95,42 @@ def published_mix(sched: Schedule | None = None) -> Mix:
     return Mix(phases, total, "published", table["label"], notes=notes)
 
 
-def config_mix(sched: Schedule) -> Mix | None:
-    """The run's own staged mixture (`data.train_weights` in its config), when it gave one."""
+def config_mix(sched: Schedule, logged: Mix | None = None) -> Mix | None:
+    """The run's own staged mixture (`data.train_weights` in its config), when it gave one;
+    a phase whose start the run logged (`logged`, within a step) shows the weights it logged."""
     if sched.source("phases") != CONFIG or not all(p.weights for p in sched.phases):
         return None
     phases = []
     for p in sched.phases:
+        seen = next((q for q in (logged.phases if logged else []) if abs(q.start_step - p.start_step) <= 1 and q.weights),
+                    None)
+        if seen is not None:
+            phases.append(Phase(p.name, p.start_step, p.end_step, dict(seen.weights), "wandb"))
+            continue
         total = sum(p.weights.values())
         weights = {k: v / total for k, v in p.weights.items()} if total > 0 else dict(p.weights)
         phases.append(Phase(p.name, p.start_step, p.end_step, weights, "config"))
-    return Mix(phases, sched.total_steps, "config", "the run's config (data.train_weights)")
+    label = "the run's config (data.train_weights)" + (", weights as logged where logged" if logged else "")
+    return Mix(phases, sched.total_steps, "config", label)
 
 
-def file_phase_weights(text: str) -> list[dict[str, float]]:
-    """`phase0_weights`, `phase1_weights`, … of a mixture file, in order ([] if none)."""
+def _numeric(weights: Any) -> dict[str, float] | None:
+    if not isinstance(weights, dict):
+        return None
+    out = {str(k): float(v) for k, v in weights.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return out or None
+
+
+def _start(item: dict) -> int | None:
+    for key in ("start_step", "start", "step", "from_step"):
+        v = item.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return int(v)
+    return None
+
+
+def file_stages(text: str) -> list[tuple[int | None, dict[str, float]]]:
+    """A mixture file's phases as (start step or None, weights), in order; [] for a shape not read here."""
     try:
         doc = json.loads(text)
     except (json.JSONDecodeError, TypeError):
@@ -112,20 +140,54 @@ def file_phase_weights(text: str) -> list[dict[str, float]]:
     found = []
     for key, value in doc.items():
         m = re.fullmatch(r"phase(\d+)_weights", key)
-        if m and isinstance(value, dict):
-            weights = {str(k): float(v) for k, v in value.items() if isinstance(v, (int, float))}
-            found.append((int(m.group(1)), weights))
-    return [w for _, w in sorted(found)]
+        if m and _numeric(value):
+            found.append((int(m.group(1)), _numeric(value)))
+    if found:
+        return [(None, w) for _, w in sorted(found)]
+    for key in ("stages", "phases", "train_weights", "weights"):
+        items = doc.get(key)
+        if not isinstance(items, list) or not items:
+            continue
+        stages = []
+        for item in items:
+            if isinstance(item, (list, tuple)) and len(item) == 2 and _numeric(item[1]) \
+                    and isinstance(item[0], (int, float)) and not isinstance(item[0], bool):
+                stages.append((int(item[0]), _numeric(item[1])))
+            elif isinstance(item, dict) and _numeric(item.get("weights") or item.get("train_weights")):
+                stages.append((_start(item), _numeric(item.get("weights") or item.get("train_weights"))))
+            else:
+                break
+        else:
+            if all(st is not None for st, _ in stages):
+                stages.sort(key=lambda x: x[0])
+            return stages
+    return []
+
+
+def file_phase_weights(text: str) -> list[dict[str, float]]:
+    """The weights of a mixture file's phases, in order ([] if none)."""
+    return [w for _, w in file_stages(text)]
 
 
 def file_mix(text: str, sha: str | None, sched: Schedule | None = None) -> Mix | None:
-    """`sched`'s data phases (default: the hero's) with a repository file's cell weights (see module doc)."""
-    sets = file_phase_weights(text)
-    if not sets:
+    """`sched`'s data phases (default: the hero's) with a repository file's weights (see module doc);
+    a file that gives its own start steps keeps them on the hero's schedule."""
+    stages = file_stages(text)
+    if not stages:
         return None
+    sets = [w for _, w in stages]
     sched = sched or published_schedule("hero")
-    bounds = [(p.name, p.start_step, p.end_step) for p in sched.phases]
+    total = sched.total_steps or hero_total_steps()
     name = HERO_MIX_PATH.rsplit("/", 1)[-1] + (f"@{sha[:10]}" if sha else "")
+    starts = [st for st, _ in stages]
+    if all(st is not None for st in starts) and starts[0] == 0 and total == hero_total_steps():
+        names = [p.name for p in sched.phases] if len(sched.phases) == len(stages) else \
+            [f"stage {i + 1}" for i in range(len(stages))]
+        ends = [st - 1 for st in starts[1:]] + [total - 1]
+        phases = [Phase(n, st, e, w, f"{name} stage {i + 1}")
+                  for i, (n, st, e, w) in enumerate(zip(names, starts, ends, sets))]
+        return Mix(phases, total, "file", f"repository file {name}")
+    bounds = [(p.name, p.start_step, p.end_step) for p in sched.phases]
     notes = []
     if len(sets) == len(bounds):
         picks = list(range(len(bounds)))
@@ -135,11 +197,13 @@ def file_mix(text: str, sha: str | None, sched: Schedule | None = None) -> Mix |
                      + ", ".join(n for n, _, _ in bounds[:-1]) + f"; phase{len(sets) - 1} for {bounds[-1][0]}. "
                      "The step-108,000 mix change (PR #9162) is recorded in another file.")
     phases = [Phase(n, s, e, sets[k], f"{name} phase{k}") for (n, s, e), k in zip(bounds, picks)]
-    return Mix(phases, sched.total_steps or hero_total_steps(), "file", f"repository file {name}", notes=notes)
+    return Mix(phases, total, "file", f"repository file {name}", notes=notes)
 
 
-def wandb_mix(con: Connection, segments, run_name: str | None) -> Mix | None:
-    """Phases and weights from the run's own `mixture/*` keys, when it logged them."""
+def wandb_mix(con: Connection, segments, run_name: str | None, total_steps: int | None = None,
+              last_step: int | None = None) -> Mix | None:
+    """Phases and weights from the run's own `mixture/*` keys, when it logged them; the last
+    phase lasts to the end of the run's schedule (when its length is unknown: its last step)."""
     from marinctl.store import metrics as M
 
     if not segments:
@@ -169,7 +233,10 @@ def wandb_mix(con: Connection, segments, run_name: str | None) -> Mix | None:
         phases.append(Phase(f"stage {int(stage_vals[lo])}", start, last, weights, "wandb"))
     for a, b in zip(phases, phases[1:]):
         a.end_step = b.start_step - 1
-    return Mix(phases, None, "wandb", "the run's logged mixture/weight/* keys", run=run_name)
+    end = total_steps - 1 if total_steps else last_step
+    if end is not None:
+        phases[-1].end_step = max(int(end), phases[-1].end_step)
+    return Mix(phases, total_steps, "wandb", "the run's logged mixture/weight/* keys", run=run_name)
 
 
 def mix_for(con: Connection, run: str | None = None) -> tuple[Mix, int | None]:
@@ -195,16 +262,22 @@ def mix_for(con: Connection, run: str | None = None) -> tuple[Mix, int | None]:
     last_step = target.leaf.get("last_step") if target else None
     notes = []
     if target is not None:
-        found = wandb_mix(con, target.segments, target.name)
-        if found:
-            return found, last_step
         sched = schedule_of_target(target)
+        logged = wandb_mix(con, target.segments, target.name, sched.total_steps, last_step)
+        own = config_mix(sched, logged)
+        if own or logged:
+            found = own or logged
+            found.run = target.name
+            return found, last_step
         if not sched.phases:
             notes.append(f"{target.name}'s schedule does not say its data phases; showing the hero's published phases")
             sched = published_schedule("hero")
     stored = repo_files.read(con, HERO_MIX_REPO, HERO_MIX_PATH)
-    mix = (config_mix(sched) or (file_mix(stored[0], stored[1], sched) if stored else None)
-           or published_mix(sched))
+    from_file = file_mix(stored[0], stored[1], sched) if stored else None
+    if stored and from_file is None:
+        notes.append(f"could not read the synced {HERO_MIX_PATH.rsplit('/', 1)[-1]} (a shape not known here); "
+                     "fell back to the published table")
+    mix = config_mix(sched) or from_file or published_mix(sched)
     mix.run = target.name if target else name
     mix.notes = notes + mix.notes
     return mix, last_step

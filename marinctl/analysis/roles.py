@@ -19,6 +19,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 ADAM, MUONH, ADAMH, HEURISTIC, BUFFER = "adam", "muonh", "adamh", "heuristic", "buffer"
@@ -71,6 +72,7 @@ def leaf_path(key: str) -> str:
     return key
 
 
+@lru_cache(maxsize=65536)
 def module_of(path: str) -> str:
     if _ROUTER_BIAS.search(path):
         return "router_bias"
@@ -109,6 +111,9 @@ class RecipeRoles:
     source: str               # how we know: 'config' or 'default for Marin MoE runs'
 
     def role(self, path: str) -> LeafRole:
+        return _role(self, path)
+
+    def _role(self, path: str) -> LeafRole:
         module = module_of(path)
         layer = layer_of(path)
         if _BUFFER.search(path):
@@ -132,6 +137,12 @@ class RecipeRoles:
         if self.bias_rule != "sign" or not self.bias_rate or not self.num_experts:
             return None
         return self.bias_rate * math.sqrt(self.num_experts) * max(steps, 1)
+
+
+@lru_cache(maxsize=65536)
+def _role(recipe: RecipeRoles, path: str) -> LeafRole:
+    """RecipeRoles.role, cached: a hero run has ~600 leaves and every pass asks about each."""
+    return recipe._role(path)
 
 
 def _flat(config: Any, prefix: str = "") -> dict[str, Any]:

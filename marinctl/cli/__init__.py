@@ -8,6 +8,7 @@ Modules import only typer and marinctl's light core at import time; anything hea
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -15,11 +16,15 @@ from typing import Annotated, Optional
 import typer
 
 from marinctl import __version__, paths
+from marinctl.cli.boundary import CommandGroup
 from marinctl.errors import MarinctlError
 
 app = typer.Typer(
     name="marinctl",
+    cls=CommandGroup,
     help="Follow and reproduce open LLM training runs (Marin's hero MoE and its scaling ladder) from the terminal.",
+    epilog="Start offline with `marinctl demo`, or with network `marinctl sync marin && marinctl watch`. "
+           "Every command has --help; exit codes: 0 ok, 1 runtime failure, 2 bad input.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
@@ -59,35 +64,58 @@ for _module in (_sync, _runs, _events, _explain, _ladder, _watch, _repro):
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the app; map marinctl errors to one stderr line and the exit code."""
+    """Entry point: run the app; say what went wrong in one or two stderr lines, with the exit code."""
+    from typer import Abort
+    from typer._click.exceptions import ClickException, UsageError
+
+    from marinctl.cli import boundary
+
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)
     except MarinctlError as exc:
         if _state["debug"]:
             raise
-        from marinctl.text import inert
-
-        sys.stderr.write(f"marinctl: error: {inert(exc.message, single_line=True)}\n")
-        if exc.hint:
-            sys.stderr.write(f"  try: {exc.hint}\n")
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
+        _fail(exc.message, exc.hint, exc.exit_code)
+    except UsageError as exc:
+        if boundary.is_root_without_command(exc):
+            sys.stdout.write(boundary.help_text(exc) + "\n")
+            sys.exit(0)
+        message, hint = boundary.describe(exc)
+        _fail(message, hint, 2)
+    except ClickException as exc:
+        _fail(exc.format_message(), None, exc.exit_code)
+    except (KeyboardInterrupt, Abort):
         sys.stderr.write("marinctl: interrupted\n")
         sys.exit(130)
     except SystemExit:
         raise
-    except Exception as exc:  # click usage errors come through here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
-            sys.stderr.write("marinctl: aborted\n")
-            sys.exit(130)
+    except Exception as exc:
         if _state["debug"]:
             raise
-        sys.stderr.write(f"marinctl: internal error: {type(exc).__name__}: {exc}\n  try: rerun with --debug and report it\n")
-        sys.exit(1)
-    except BaseException:
-        raise
+        if boundary.is_interrupt(exc):
+            sys.stderr.write("marinctl: interrupted\n")
+            sys.exit(130)
+        disk = boundary.disk_failure(exc, _db_path_or_none())
+        if disk is not None:
+            _fail(disk.message, disk.hint, disk.exit_code)
+        _fail(f"internal error: {type(exc).__name__}: {exc}", "rerun with --debug and report it", 1, prefix="marinctl: ")
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _fail(message: str, hint: str | None, exit_code: int, prefix: str = "marinctl: error: ") -> None:
+    """Print the one or two lines and exit. A hint that already starts with "try" is not prefixed twice."""
+    from marinctl.text import inert
+
+    sys.stderr.write(f"{prefix}{inert(message, single_line=True)}\n")
+    if hint:
+        hint = re.sub(r"^\s*try\b:?\s*", "", hint, flags=re.I)
+        sys.stderr.write(f"  try: {inert(hint, single_line=True)}\n")
+    sys.exit(exit_code)
+
+
+def _db_path_or_none() -> str | None:
+    try:
+        return str(paths.db_path())
+    except Exception:
+        return None

@@ -11,15 +11,17 @@ import typer
 
 from marinctl import numbers
 from marinctl.cli import output
+from marinctl.cli.boundary import CommandGroup
 
 explain_app = typer.Typer(help="Explain what is unusual at a step: ranked findings, evidence, cause, context.",
-                          no_args_is_help=True, rich_markup_mode=None)
+                          no_args_is_help=True, rich_markup_mode=None, cls=CommandGroup)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
     app.add_typer(explain_app, name="explain")
-    explain_app.command("step", help=(
+    # "-5" is a (bad) step, not an unknown option: let N see it and say what a step is.
+    explain_app.command("step", context_settings={"ignore_unknown_options": True}, help=(
         "What is unusual at or near step N, ranked, with evidence, a cause class and a plain explanation. "
         "RUN: hero (default), a run id, rung1..rung4."))(step)
     app.command("anomalies", help="Detections stored for a run (default: the hero lineage, or the only run).")(anomalies)
@@ -37,7 +39,7 @@ def step(
     from marinctl.store.lineage import resolve_target
 
     if n < 0:
-        raise UserError(f"step must be 0 or more, not {n}", "e.g. `marinctl explain step 500`")
+        raise UserError(f"step must be 0 or more, not {n}", "marinctl explain step 500")
     with open_store().connect() as con:
         target = resolve_target(con, run)
         doc = explain(con, target, n, metric)

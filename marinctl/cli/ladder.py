@@ -71,8 +71,9 @@ def _rungs_or_published(lad, metric, pin):
                         "preregistered_loss": lad.preregistered_loss(con)}
                 pts = [{"name": f"{r['rung']} {r['name']}", "compute": r["compute"], "loss": float(r["values"][-1])} for r in rs]
                 return pts, "rungs", live
-    output.info("offline: no ladder rungs synced; fitting Marin's published v16 isoFLOP optima "
-                "(marin.md 2.3) — the ladder's own final losses are not published")
+    have = f"only {len(rs)} ladder rung(s) with {metric!r} synced" if rs else "no ladder rungs synced"
+    output.info(f"{have} (reproductions are overlays, not rungs); fitting Marin's published v16 isoFLOP optima "
+                "instead — `marinctl sync marin` mirrors the rungs")
     return lad.published_points(), "published-v16-isoflop", None
 
 
@@ -81,7 +82,7 @@ def _render(doc, pts, fit, predict) -> None:
     from marinctl.render.ladder import ladder_chart
     from marinctl.text import inert
 
-    print(f"source: {doc['source']}   metric: {inert(doc['metric'])}")
+    print(f"source: {doc['source']}" + ("" if doc["source"] == "points" else f"   metric: {inert(doc['metric'])}"))
     output.print_table(["rung", "compute", "loss", "fitted"],
                        [[inert(r["name"]), N.sig(r["compute"], 3), N.fixed(r["loss"]), N.fixed(r["fitted"])] for r in doc["rungs"]])
     f = doc["fit"]

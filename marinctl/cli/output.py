@@ -2,7 +2,9 @@
 
 Only the CLI prints. Every human-facing string that came from outside passes through
 `marinctl.text.inert` here, so commands cannot forget it; numbers in table cells read
-as `marinctl.numbers.cell` writes them. JSON keeps raw numbers (NaN/Inf as null).
+as `marinctl.numbers.cell` writes them. JSON and CSV keep raw numbers; a non-finite value
+is spelled as W&B's own JSON exports spell it ("NaN", "Infinity", "-Infinity"), so that
+`null` / an empty CSV field keeps meaning "no value" (cli-contract.md, Values and keys).
 """
 
 from __future__ import annotations
@@ -27,19 +29,35 @@ def _default(obj: Any) -> Any:
     return str(obj)
 
 
+def nonfinite(value: float) -> str:
+    """A non-finite float as a string: "NaN", "Infinity" or "-Infinity"."""
+    if math.isnan(value):
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
+
+
+def csv_cell(value: Any) -> Any:
+    """One CSV field: None is empty, a non-finite float is spelled out, floats keep every digit."""
+    if isinstance(value, float):
+        return repr(float(value)) if math.isfinite(value) else nonfinite(value)
+    return "" if value is None else value
+
+
 def _clean(obj: Any) -> Any:
-    """JSON has no NaN/Inf: emit them as null so every consumer can parse the output."""
+    """JSON has no NaN/Inf: spell them out, so the output parses and `null` still means no value."""
     if isinstance(obj, float) and not math.isfinite(obj):
-        return None
+        return nonfinite(obj)
     if isinstance(obj, dict):
         return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
+    if isinstance(obj, (list, tuple, set)):
         return [_clean(v) for v in obj]
+    if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):   # numpy arrays and scalars
+        return _clean(obj.tolist())
     return obj
 
 
 def dumps(obj: Any) -> str:
-    return json_safe(json.dumps(_clean(obj), default=_default, ensure_ascii=False))
+    return json_safe(json.dumps(_clean(obj), default=_default, ensure_ascii=False, allow_nan=False))
 
 
 def print_json(obj: Any) -> None:

@@ -1,17 +1,26 @@
-"""`repro` (rerun a ladder rung locally: a CPU proxy, or the true size on a GPU) and `demo`.
+"""`repro` and `demo`: launch the stand-alone trainer and mirror its run into the store.
 
-torch and the `repro/` package are imported inside the commands only, so `marinctl --help` stays fast.
+marinctl never imports repro's code: `repro` starts `python -m repro.train` as a process (through
+torchrun for `--nproc N`), passes it the data home and where to write, streams its progress lines to
+stderr, reads its one JSON document from stdout, and mirrors the run it logged through the sync
+pipeline (`marinctl.sync.sync_targets`). `repro RUN` (a stored run) hands the trainer the run's own
+logged config (read with `marinctl show RUN --json`, the contract's shape) as `--from-config`.
+`demo` runs the rung1 proxy in the background and opens `watch` on its run folder; Ctrl-C, `q` or a
+closed terminal stops the trainer (SIGINT to its process group, then SIGTERM, then SIGKILL), reaps it,
+and mirrors what it logged (an interrupted run carries exit code 255 in its W&B exit record).
+Trainer exit codes pass through: 0 done, 1 runtime failure, 2 bad input, 130 interrupted.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -21,355 +30,279 @@ from marinctl import paths
 from marinctl.cli import output
 from marinctl.errors import RuntimeFailure, UserError
 
+DEMO_STEPS = 60
+DEMO_PROXY = ["--head-dim", "16", "--batch", "16"]  # a smaller proxy than `repro --cpu`: ~1 CPU-second a step
+_LAUNCHER_NOISE = re.compile(r"^([WI]\d{4} \d\d:\d\d:\d\d\.\d+ \d+ .*torch/distributed/|\*{10,}\s*$)")
+
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
-    app.command("repro", help="Rerun a ladder rung locally: `--cpu` trains a shrunk proxy of the same recipe in "
-                              "minutes (QB router bias, MuonH/AdamH/Adam, schedule and data-phase fractions kept); "
-                              "without it, the true rung on a CUDA GPU. Logs an offline W&B run and mirrors it into "
-                              "the store, linked to the rung.")(repro)
+    app.command("repro", help="Rerun a ladder rung — or a stored run, from its own logged config — with the "
+                              "stand-alone PyTorch trainer (`python -m repro.train`): `--cpu` trains the proxy "
+                              "(the same recipe, shrunk by a documented rule) in minutes; without it, the true size "
+                              "on CUDA. Logs an offline W&B run and mirrors it into the store, linked to its rung.")(repro)
     app.command("demo", help="Train the rung1 CPU proxy in the background and watch it live (Ctrl-C stops both). "
                              "Needs no network.")(demo)
 
 
-def _rung_name(ref: str) -> str:
-    """A ladder rung by alias/width, or a stored run whose config names one (`marinctl repro RUN_ID`)."""
-    from marinctl.rungs import rung, rungs
+# --- what to train ---------------------------------------------------------------------------------
+
+def _target_args(ref: str) -> list[str]:
+    """Trainer arguments naming what to train: a ladder rung, or a stored run's own config."""
+    from marinctl.rungs import rung
 
     try:
-        return rung(ref)["rung"]
+        return [rung(ref)["rung"]]
     except UserError as not_a_rung:
-        from marinctl.store import open_store
-        from marinctl.store.runs import resolve_run
+        shown = _show(ref)
+        if shown is None:
+            raise UserError(f"{ref!r} is neither a ladder rung nor a stored run",
+                            "see the rungs with `marinctl ladder` and the runs with `marinctl runs`") from not_a_rung
+        configs = paths.subdir("repro") / "configs"
+        configs.mkdir(parents=True, exist_ok=True)
+        path = configs / (re.sub(r"[^A-Za-z0-9_.-]+", "_", ref)[:120] + ".json")
+        path.write_text(json.dumps(shown))
+        return ["--from-config", str(path), "--source-run", str(shown.get("run") or ref)]
 
-        store = open_store()
+
+def _show(ref: str) -> dict[str, Any] | None:
+    """`marinctl show RUN --json` (the contract's shape), or None when no stored run matches."""
+    cmd = [sys.executable, "-m", "marinctl", "--home", str(paths.home()), "--db", str(paths.db_path()),
+           "show", ref, "--json"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if done.returncode == 2:
+        return None
+    if done.returncode != 0:
+        raise RuntimeFailure(f"could not read stored run {ref!r}: {done.stderr.strip().splitlines()[-1:] or done.returncode}",
+                             f"marinctl show {ref}")
+    return json.loads(done.stdout)
+
+
+def _trainer_cmd(target: list[str], nproc: int, extra: list[str]) -> list[str]:
+    home = paths.home()
+    base = ["-m", "repro.train", *target, "--home", str(home), "--out", str(paths.subdir("repro")), *extra]
+    if nproc > 1:
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *base]
+    return [sys.executable, *base]
+
+
+# --- running the trainer ----------------------------------------------------------------------------
+
+def _pump(stream, sink, keep: list[str] | None = None) -> threading.Thread:
+    """Copy a child's lines to `sink` as they come (torchrun's own launcher chatter left out)."""
+    def run() -> None:
+        for line in iter(stream.readline, ""):
+            if keep is not None:
+                keep.append(line)
+            if not _LAUNCHER_NOISE.match(line):
+                sink.write(line)
+                sink.flush()
+        stream.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def _stop(child: subprocess.Popen) -> None:
+    """Stop the child's whole process group (its wandb-core, torchrun's ranks): SIGINT, SIGTERM, SIGKILL;
+    always reap it."""
+    for sig, wait in ((signal.SIGINT, 20.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        if child.poll() is not None:
+            break
         try:
-            with store.connect() as con:
-                run = resolve_run(con, ref)
-        except UserError:
-            raise not_a_rung from None
-        config = run.get("config") or {}
-        if isinstance(config, str):
-            import json
-
-            config = json.loads(config or "{}")
-        linked = (config.get("marinctl") or {}).get("repro_of") if isinstance(config.get("marinctl"), dict) else None
-        if linked:
-            return rung(linked)["rung"]
-        hidden = _find_number(config, ("hidden_dim", "hidden_size", "d_model", "hidden"))
-        for r in rungs():
-            if hidden == r["hidden"]:
-                return r["rung"]
-        raise UserError(f"run {ref!r} does not describe a ladder rung (hidden width {hidden})",
-                        "name a rung instead: `marinctl repro rung1 --cpu`") from None
+            os.killpg(child.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            child.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    child.wait()
 
 
-def _find_number(config: Any, keys: tuple[str, ...]) -> int | None:
-    if isinstance(config, dict):
-        for k, v in config.items():
-            if k in keys and isinstance(v, (int, float)):
-                return int(v)
-            if isinstance(v, dict) and (found := _find_number(v, keys)) is not None:
-                return found
+class _Interrupts:
+    """Ctrl-C, SIGTERM and SIGHUP raise KeyboardInterrupt inside, so the child is always stopped and reaped
+    (even when marinctl was started from a shell that ignores SIGINT for background jobs)."""
+
+    def __enter__(self):
+        self.old = []
+        if threading.current_thread() is threading.main_thread():
+            def raise_interrupt(signum, frame):
+                raise KeyboardInterrupt
+
+            for sig, handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, raise_interrupt),
+                                 (signal.SIGHUP, raise_interrupt)):
+                self.old.append((sig, signal.signal(sig, handler)))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.old:
+            signal.signal(sig, handler)
+
+
+def _run_trainer(cmd: list[str]) -> tuple[int, str]:
+    """Run the trainer to its end; its stderr streams to ours; returns (exit code, stdout)."""
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    out: list[str] = []
+    pumps = [_pump(child.stderr, sys.stderr), _pump(child.stdout, _Discard(), out)]
+    try:
+        with _Interrupts():
+            child.wait()
+    except KeyboardInterrupt:
+        _stop(child)
+    for pump in pumps:
+        pump.join(timeout=10)
+    return child.returncode, "".join(out)
+
+
+class _Discard:
+    def write(self, text: str) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
+def _mirror(run_dir: str | None) -> str | None:
+    """Mirror the run folder into the store through the sync pipeline; returns a note when it could not."""
+    if not run_dir or not Path(run_dir).exists():
+        return "nothing to mirror: the trainer logged no run folder"
+    try:
+        from marinctl.store import open_store
+        from marinctl.sync import sync_targets
+
+        sync_targets(open_store(), [run_dir])
+    except Exception as exc:  # the .wandb file is the record; the mirror can be redone with `marinctl sync DIR`
+        return f"store mirror failed ({exc.__class__.__name__}: {exc}); retry: marinctl sync {run_dir}"
     return None
 
 
-def _peak_flops() -> float:
-    from repro.machine import cached_peak_flops
+def _exit_interrupted() -> None:
+    """Exit 130 after Ctrl-C, said on stderr (typer would turn a KeyboardInterrupt into a return value)."""
+    sys.stderr.write("marinctl: interrupted\n")
+    raise SystemExit(130)
 
-    return cached_peak_flops(paths.subdir("repro") / "peak.json")
 
-
-def _mirror(run_dir: Path) -> str | None:
-    """Sync the offline run into the store (if the local .wandb reader is installed). Returns a note."""
+def _result_doc(stdout: str) -> dict[str, Any] | None:
+    """The trainer's one JSON document."""
     try:
-        from marinctl.sources.wandb_local import sync_path
-    except ImportError:
-        return "store mirror skipped: marinctl.sources.wandb_local is not available"
-    from marinctl.store import open_store
-
-    try:
-        sync_path(open_store(), run_dir)
-    except Exception as exc:  # the mirror is a convenience; the .wandb file is the record
-        return f"store mirror failed: {exc.__class__.__name__}: {exc}"
-    return None
+        return json.loads(stdout) if stdout.strip() else None
+    except ValueError:
+        return None
 
 
-class _Progress:
-    """One live line on stderr (a plain line per eval when stderr is not a terminal)."""
-
-    def __init__(self, total: int, quiet: bool):
-        self.total, self.quiet, self.tty = total, quiet, sys.stderr.isatty()
-        self.t0 = time.time()
-        self.last_eval: float | None = None
-
-    def __call__(self, report) -> None:
-        if self.quiet:
-            return
-        m = report.metrics
-        done = report.step + 1
-        bar_w = 24
-        fill = int(bar_w * done / self.total)
-        eta = (time.time() - self.t0) / done * (self.total - done)
-        line = f"step {done:>5}/{self.total} [{'█' * fill}{'·' * (bar_w - fill)}] loss {report.loss:6.3f}"
-        if "eval/loss" in m:
-            self.last_eval = m["eval/loss"]
-        if self.last_eval is not None:
-            line += f"  eval {self.last_eval:6.3f}"
-        line += (f"  drop {100 * m.get('moe/drop_fraction', 0):4.1f}%  {m.get('throughput/tokens_per_second', 0):,.0f} tok/s"
-                 f"  eta {eta:4.0f}s")
-        if self.tty:
-            sys.stderr.write("\r" + line + "\033[K")
-            if done == self.total:
-                sys.stderr.write("\n")
-            sys.stderr.flush()
-        elif "eval/loss" in m or done == self.total:
-            sys.stderr.write(line + "\n")
-            sys.stderr.flush()
-
-
-def _print_plan(result: dict[str, Any]) -> None:
-    def row(label: str, key: str, fmt) -> str:
-        t, p = result["true"].get(key), result["proxy"].get(key)
-        return f"  {label:<22}{fmt(t) if t is not None else '-':>18}  {fmt(p) if p is not None else '-':>18}"
-
-    def big(n: float) -> str:
-        for unit, div in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-            if abs(n) >= div:
-                return f"{n / div:.2f}{unit}"
-        return f"{n:.0f}"
-
-    def dur(s: float) -> str:
-        for unit, div in (("y", 3.15e7), ("d", 86400), ("h", 3600), ("min", 60)):
-            if s >= div:
-                return f"{s / div:.1f} {unit}"
-        return f"{s:.1f} s"
-
-    t, p = result["true"], result["proxy"]
-    lines = [f"{result['rung']}  {t['label']}", f"  {'':<22}{'true rung':>18}  {'cpu proxy':>18}"]
-    shape = lambda c: f"d{c['d_model']} L{c['layers']} E{c['experts']}/K{c['top_k']}"  # noqa: E731
-    lines.append(f"  {'shape':<22}{shape(t['shape']):>18}  {shape(p['shape']):>18}")
-    lines.append(f"  {'heads / kv (loc,glob)':<22}{'%d / %d,%d' % (t['shape']['heads'], t['shape']['local_kv'], t['shape']['global_kv']):>18}"
-                 f"  {'%d / %d,%d' % (p['shape']['heads'], p['shape']['local_kv'], p['shape']['global_kv']):>18}")
-    lines.append(f"  {'vocab / seq / window':<22}{'%d/%d/%d' % (t['shape']['vocab'], t['shape']['seq_len'], t['shape']['window']):>18}"
-                 f"  {'%d/%d/%d' % (p['shape']['vocab'], p['shape']['seq_len'], p['shape']['window']):>18}")
-    lines += [row("total params", "total_params", big), row("active params", "active_params", big)]
-    lines.append(f"  {'memory (w+g+opt)':<22}{t['memory_gib']['total']:>14.1f} GiB  {p['memory_gib']['total']:>14.2f} GiB")
-    lines += [row("steps", "steps", lambda v: f"{v:,}"), row("tokens", "tokens", big), row("FLOPs (6·N_act·D)", "flops", lambda v: f"{v:.2e}"),
-              row("MuonH / AdamH LR", "muonh_lr", lambda v: f"{v:.4g}"), row("Adam LR", "adam_lr", lambda v: f"{v:.4g}"),
-              row("warm-up steps", "warmup_steps", str), row("phase switch steps", "phase_steps", lambda v: ",".join(map(str, v[1:]))),
-              row("time at measured peak", "time_s_at_measured_peak", dur)]
-    if "published" in t:
-        pub = t["published"]
-        lines.append(f"  published: {big(pub['total_params'])} total, {big(pub['active_params'])} active, "
-                     f"{big(pub['tokens'])} tokens, {pub['flops']:.1e} FLOPs (this model has no latent MoE, so its counts differ)")
-    if "measured_flops_per_s" in t:
-        lines.append(f"  measured fp32 matmul peak here: {t['measured_flops_per_s'] / 1e9:.0f} GFLOP/s")
-    for line in lines:
-        typer.echo(line)
-
+# --- the commands -------------------------------------------------------------------------------------
 
 def repro(
-    rung: Annotated[str, typer.Argument(metavar="RUNG", help="rung1..rung4, hero, a width (d768), or a stored RUN whose config names one.")],
-    cpu: Annotated[bool, typer.Option("--cpu", help="Train the shrunk CPU proxy (minutes on 2 cores).")] = False,
-    steps: Annotated[Optional[int], typer.Option("--steps", help="Steps to train (default: 160 for --cpu, the rung's own otherwise).")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Random seed (same seed, same run on CPU).")] = 0,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the true rung and the proxy side by side; train nothing.")] = False,
+    rung: Annotated[str, typer.Argument(metavar="RUNG|RUN", help="rung1..rung4, hero, a width (d768), or a stored run id (rerun from its own logged config).")],
+    cpu: Annotated[bool, typer.Option("--cpu", help="Train the CPU proxy (the rule is in repro/recipe.py).")] = False,
+    steps: Annotated[Optional[int], typer.Option("--steps", help="Steps to train (proxy default 120; the true run's own otherwise).")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Random seed (default 0, or a stored run's own).")] = None,
+    nproc: Annotated[int, typer.Option("--nproc", help="Data-parallel ranks, launched through torchrun (FSDP2).")] = 1,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the true run and the proxy side by side; train nothing.")] = False,
     data: Annotated[Optional[Path], typer.Option("--data", help="Your own text: .txt (or a folder of them), .jsonl (field text) or .parquet (column text).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     if steps is not None and steps < 1:
         raise UserError(f"--steps must be at least 1, not {steps}", "try `marinctl repro rung1 --cpu --steps 100`")
+    if nproc < 1:
+        raise UserError(f"--nproc must be at least 1, not {nproc}", "try `marinctl repro rung1 --cpu --nproc 2`")
     if data is not None and not Path(data).expanduser().exists():
         raise UserError(f"--data {data}: no such file or folder", "pass a .txt, .jsonl or .parquet file")
-    name = _rung_name(rung)
-
-    from repro import rungs as R
-    from repro.machine import cuda_memory_bytes
-
-    true_cfg = R.true_config(name)
-    if steps is not None and not cpu:
-        true_cfg = R.with_steps(true_cfg, steps)
-    proxy_cfg = R.cpu_proxy(name, steps=steps if cpu else None)
-    peak = _peak_flops() if dry_run else None
-    result: dict[str, Any] = {
-        "rung": name,
-        "proxy": R.summary(proxy_cfg, peak),
-        "true": R.summary(true_cfg, peak, published=R.published_row(name)),
-        "run": None,
-    }
+    extra = ["--cpu"] if cpu else []
+    for flag, value in (("--steps", steps), ("--seed", seed)):
+        if value is not None:
+            extra += [flag, str(value)]
+    if data is not None:
+        extra += ["--data", str(Path(data).expanduser())]
+    target = _target_args(rung)
     if dry_run:
-        output.print_json(result) if json_out else _print_plan(result)
+        code, stdout = _run_trainer(_trainer_cmd(target, 1, extra + ["--dry-run", "--nproc", str(nproc)]
+                                                 + (["--json"] if json_out else [])))
+        if code:
+            raise SystemExit(code)
+        doc = _result_doc(stdout) if json_out else None
+        output.print_json(doc) if doc is not None else sys.stdout.write(stdout)
         return
 
-    if cpu:
-        cfg, device = proxy_cfg, "cpu"
-    else:
-        need = R.gib_needed(true_cfg)
-        have = cuda_memory_bytes()
-        if have is None:
-            raise UserError(f"{name} at its true size ({true_cfg.label}) needs a CUDA GPU with about {need} GiB "
-                            f"(fp32 weights, grads and optimizer state) and this machine has none",
-                            f"run the proxy: `marinctl repro {name} --cpu` (see the sizes: `marinctl repro {name} --dry-run`)")
-        if not R.fits_on_gpu(true_cfg, have):
-            raise UserError(f"{name} at its true size needs about {need} GiB of GPU memory; this GPU has "
-                            f"{have / 2**30:.0f} GiB (multi-GPU FSDP is not built yet)",
-                            f"run the proxy: `marinctl repro {name} --cpu`")
-        cfg, device = true_cfg, "cuda"
-
-    result["run"] = _train_and_log(cfg, device, seed, data, quiet=json_out, peak=None if device == "cuda" else _peak_flops())
+    code, stdout = _run_trainer(_trainer_cmd(target, nproc, extra + ["--json"]))
+    doc = _result_doc(stdout)
+    note = _mirror(doc.get("run_dir")) if doc else None
+    if code == 130:
+        _exit_interrupted()
+    if code or doc is None:
+        raise SystemExit(code or 1)
+    doc["mirror"] = note or "mirrored into the store"
     if json_out:
-        output.print_json(result)
-    else:
-        run = result["run"]
-        typer.echo(f"{run['id']}: {run['steps_done']} steps, train loss {run['final_loss']:.3f}, "
-                   f"eval loss {run['final_eval_loss']:.3f}")
-        typer.echo(f"  wandb offline run: {run['dir']}")
-        typer.echo(f"  publish later: wandb sync {run['dir']}")
-        typer.echo(f"  {run['note'] or 'mirrored into the store; watch it: marinctl watch ' + run['id']}")
-
-
-def _train_and_log(cfg, device: str, seed: int, data: Path | None, quiet: bool, peak: float | None) -> dict[str, Any]:
-    from repro.data import load_corpus
-    from repro.model import param_counts
-    from repro.train import close_wandb_run, open_wandb_run, train
-
-    if not quiet:
-        sys.stderr.write("preparing data and tokenizer (cached after the first run)…\n")
-    corpus = load_corpus(min(cfg.model.vocab_size, 4096), data, cfg.model.seq_len)
-    wandb_dir = paths.subdir("repro")
-    run = open_wandb_run(cfg, wandb_dir, seed, corpus)
-    run_dir = Path(run.dir).parent  # …/wandb/offline-run-…/files → the run folder
-    if not quiet:
-        sys.stderr.write(f"{run.id}: {cfg.label}, {cfg.steps} steps on {device}; logging to {run_dir}\n")
-    progress = _Progress(cfg.steps, quiet)
-    evals_since_mirror = [0]
-
-    def log(metrics: dict[str, Any], step: int) -> None:
-        run.log(metrics, step=step)
-
-    def on_step(report) -> None:
-        progress(report)
-        if "eval/loss" in report.metrics:
-            evals_since_mirror[0] += 1
-            if evals_since_mirror[0] % 5 == 0:
-                _mirror(run_dir)
-
-    summary: dict[str, Any] = {}
-    interrupted = False
-    try:
-        with _interrupt_on_signals():
-            summary = train(cfg, corpus, seed=seed, log=log, on_step=on_step, device=device, peak_flops=peak)
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        summary.pop("model", None)
-        close_wandb_run(run, {"parameter_count": param_counts(cfg.model)["total"], **summary})
-    time.sleep(0.3)  # the last record lands just after finish() returns (stack.md §2)
-    note = _mirror(run_dir)
-    if interrupted:
-        raise KeyboardInterrupt
-    return {"id": run.id, "dir": str(run_dir), "wandb_file": str(next(run_dir.glob("*.wandb"), "")),
-            "device": device, "note": note, **summary}
-
-
-@contextmanager
-def _interrupt_on_signals():
-    """Ctrl-C, SIGTERM and SIGHUP all raise KeyboardInterrupt inside, so the run (and `demo`) always cleans
-    up — even when started from a shell that set SIGINT to ignored for background jobs."""
-    def raise_interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
+        output.print_json(doc)
         return
-    # SIGHUP too: a closed terminal or tmux window must not orphan the background trainer.
-    old = (signal.signal(signal.SIGINT, signal.default_int_handler), signal.signal(signal.SIGTERM, raise_interrupt),
-           signal.signal(signal.SIGHUP, raise_interrupt))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old[0])
-        signal.signal(signal.SIGTERM, old[1])
-        signal.signal(signal.SIGHUP, old[2])
+    result = doc.get("result") or {}
+    nan = float("nan")
+    typer.echo(f"{doc['run']}: {result.get('steps_done')} steps, train loss {result.get('final_loss') or nan:.3f}, "
+               f"eval loss {result.get('final_eval_loss') or nan:.3f}")
+    typer.echo(f"  wandb offline run: {doc['run_dir']}  (publish later: wandb sync {doc['run_dir']})")
+    typer.echo(f"  {note or 'mirrored into the store; watch it: marinctl watch ' + doc['run']}")
 
 
 def demo(
     interval: Annotated[float, typer.Option("--interval", help="Seconds between refreshes of the view.")] = 2.0,
-    steps: Annotated[Optional[int], typer.Option("--steps", help="Steps for the proxy (default 160).")] = None,
+    steps: Annotated[int, typer.Option("--steps", help=f"Steps for the proxy (default {DEMO_STEPS}; more show more of the schedule).")] = DEMO_STEPS,
+    data: Annotated[Optional[Path], typer.Option("--data", help="Train on your own text instead of the built-in corpus.")] = None,
 ) -> None:
-    """`repro rung1 --cpu` in a child process group + the watch TUI on its wandb folder."""
-    cmd = [sys.executable, "-m", "marinctl", "--home", str(paths.home()), "repro", "rung1", "--cpu"]
-    if steps:
-        cmd += ["--steps", str(steps)]
-    wandb_root = paths.subdir("repro") / "wandb"
-    before = set(wandb_root.glob("offline-run-*")) if wandb_root.exists() else set()
-    log_path = paths.subdir("repro") / "demo.log"
+    """The rung1 proxy in its own process group + the watch TUI on its run folder."""
+    if steps < 1:
+        raise UserError(f"--steps must be at least 1, not {steps}", f"try `marinctl demo --steps {DEMO_STEPS}`")
+    if data is not None and not Path(data).expanduser().exists():
+        raise UserError(f"--data {data}: no such file or folder", "pass a .txt, .jsonl or .parquet file")
+    run_id = f"repro-d768-cpu-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-demo"
+    extra = ["--cpu", "--steps", str(steps), "--run-id", run_id, *DEMO_PROXY]
+    if data is not None:
+        extra += ["--data", str(Path(data).expanduser())]
+    cmd = _trainer_cmd(["rung1"], 1, extra)
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
+    log_path = paths.subdir("repro") / "demo.log"
+    sys.stderr.write(f"starting the rung1 proxy… ({steps} steps; trainer log: {log_path})\n")
     with open(log_path, "w") as log_file:
-        child = subprocess.Popen(cmd, stdout=log_file if interactive else None, stderr=log_file if interactive else None,
-                                 start_new_session=True)
+        child = subprocess.Popen(cmd, stdout=log_file, stderr=log_file if interactive else subprocess.PIPE, text=True,
+                                 start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    pump = None if interactive else _pump(child.stderr, sys.stderr)
+    run_dir, interrupted = None, False
     try:
-        with _interrupt_on_signals():
-            _show(wandb_root, before, child, log_path, interactive, interval)
+        with _Interrupts():
+            run_dir = _wait_for_run_dir(paths.subdir("repro") / "wandb", run_id, child)
+            if interactive and run_dir is not None:
+                from marinctl.tui.app import run_watch
+
+                run_watch(str(run_dir), interval, starting="starting the rung1 proxy…")  # returns when the user quits
+            else:
+                child.wait()
     except KeyboardInterrupt:
-        pass
+        interrupted = True
     finally:
+        finished_alone = child.poll() is not None  # exited before we stopped it: its code is its own
         _stop(child)
-    if child.returncode not in (0, None, -signal.SIGTERM, -signal.SIGINT, 130):
-        raise RuntimeFailure(f"the background repro exited with code {child.returncode}", f"see {log_path}")
+        if pump is not None:
+            pump.join(timeout=10)
+    run_dir = run_dir or _wait_for_run_dir(paths.subdir("repro") / "wandb", run_id, child, timeout=0)
+    note = _mirror(str(run_dir) if run_dir else None)
+    if note:
+        sys.stderr.write(note + "\n")
+    if interrupted:
+        _exit_interrupted()
+    if finished_alone and child.returncode != 0:
+        raise RuntimeFailure(f"the background trainer exited with code {child.returncode}", f"see {log_path}")
 
 
-def _show(wandb_root: Path, before: set[Path], child: subprocess.Popen, log_path: Path, interactive: bool,
-          interval: float) -> None:
-    """The watch TUI on the child's run folder when there is a terminal and a TUI; else the log."""
-    run_dir = _wait_for_run_dir(wandb_root, before, child)
-    try:
-        from marinctl.tui.app import run_watch
-    except ImportError:
-        run_watch = None
-    if run_watch is not None and interactive and run_dir is not None:
-        run_watch(str(run_dir), interval)
-    elif interactive:
-        sys.stderr.write(f"training in the background (log: {log_path}); no watch view available, following the log\n")
-        _follow(log_path, child)
-    else:
-        child.wait()
-
-
-def _wait_for_run_dir(root: Path, before: set[Path], child: subprocess.Popen, timeout: float = 120.0) -> Path | None:
+def _wait_for_run_dir(root: Path, run_id: str, child: subprocess.Popen, timeout: float = 600.0) -> Path | None:
+    """The trainer's W&B run folder (`offline-run-<time>-<run id>`), once it exists."""
     t0 = time.time()
-    while time.time() - t0 < timeout and child.poll() is None:
-        new = sorted(set(root.glob("offline-run-*")) - before) if root.exists() else []
-        if new:
-            return new[-1]
-        time.sleep(0.5)
-    return None
-
-
-def _follow(log_path: Path, child: subprocess.Popen) -> None:
-    with open(log_path, errors="replace") as f:
-        while True:
-            chunk = f.read()
-            if chunk:
-                sys.stderr.write(chunk)
-                sys.stderr.flush()
-            elif child.poll() is not None:
-                return
-            time.sleep(0.5)
-
-
-def _stop(child: subprocess.Popen) -> None:
-    """Stop the child's whole process group (its wandb-core too): SIGINT, then SIGTERM, then SIGKILL."""
-    if child.poll() is not None:
-        return
-    for sig, wait in ((signal.SIGINT, 10.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(child.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            child.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    while True:
+        found = sorted(root.glob(f"offline-run-*-{run_id}")) if root.exists() else []
+        if found:
+            return found[-1]
+        if child.poll() is not None or time.time() - t0 >= timeout:
+            return None
+        time.sleep(0.3)

@@ -71,7 +71,7 @@ def show(
     output.print_table(["run", "from step", "to step"], [(x["run"], x["from_step"], x["to_step"]) for x in doc["lineage"]])
     for title, mapping in (("config", doc["config"]), ("summary", doc["summary"])):
         print(f"\n{title}")
-        flat = _flatten(mapping)
+        flat = sorted(_flatten(mapping), key=lambda kv: kv[0])   # by key, as W&B lists them
         if not flat:
             print("  (empty)")
         for k, v in flat[:200]:
@@ -114,24 +114,25 @@ def export(
                                 "list keys with `marinctl sql \"SELECT key FROM metric_keys\"`")
         if fmt == "parquet":
             out.parent.mkdir(parents=True, exist_ok=True)
-            import pyarrow.parquet as pq
-
-            pq.write_table(metrics.export_table(con, target.segments, key_list), str(out))
-            output.info(f"wrote {out}")
+            rows = metrics.export_parquet(con, target.segments, key_list, out)   # streamed: bounded memory
+            output.info(f"wrote {rows:,} rows of {target.name} to {out}")
             return
         reader = metrics.export_batches(con, target.segments, key_list, 100_000)
         fh = open(out, "w", newline="") if out else sys.stdout
+        rows = 0
         try:
             writer = csv.writer(fh, lineterminator="\n")
             writer.writerow(["step", "key", "value"])
             for batch in reader:
                 cols = batch.to_pydict()
-                writer.writerows(zip(cols["step"], cols["key"], (repr(v) if v is not None else "" for v in cols["value"])))
+                writer.writerows(zip(cols["step"], cols["key"], map(output.csv_cell, cols["value"])))
+                rows += batch.num_rows
         except BrokenPipeError:
-            pass
+            return
         finally:
             if out:
                 fh.close()
+        output.info(f"wrote {rows:,} rows of {target.name} to {out or 'stdout'}")
 
 
 def sql(
@@ -151,6 +152,6 @@ def sql(
     elif csv_out:
         w = csv.writer(sys.stdout, lineterminator="\n")
         w.writerow(cols)
-        w.writerows(rows)
+        w.writerows([output.csv_cell(v) for v in row] for row in rows)
     else:
         output.print_table(cols, rows)

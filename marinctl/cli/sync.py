@@ -24,27 +24,58 @@ def register(app: typer.Typer) -> None:
 
 
 def sync(
-    targets: Annotated[Optional[list[str]], typer.Argument(metavar="[TARGET]...", help="What to mirror (default: marin).")] = None,
+    targets: Annotated[Optional[list[str]], typer.Argument(metavar="TARGET", help="What to mirror (default: marin); several may be given.")] = None,
     follow: Annotated[bool, typer.Option("--follow", help="Keep syncing every --interval seconds until Ctrl-C.")] = False,
     interval: Annotated[float, typer.Option("--interval", help="Seconds between syncs with --follow.")] = 30.0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the contract's JSON summary.")] = False,
 ) -> None:
+    from marinctl.errors import UserError
+    from marinctl.sync.targets import parse_target
+
+    if not interval > 0:
+        raise UserError(f"--interval must be a positive number of seconds, not {interval:g}",
+                        "marinctl sync TARGET --follow --interval 30")
+    targets = targets or ["marin"]
+    try:   # validate before touching network or store (a bare stored run id waits for the store)
+        plans = [p for t in targets for p in parse_target(t)]
+    except UserError:
+        plans = None
+    remote = [name for kind, name in (("wandb", "W&B"), ("github", "GitHub")) if any(p.kind == kind for p in plans or [])]
+    if remote and not json_out:       # said before the slow imports, so a dead network is never silent
+        output.info(f"syncing {', '.join(targets)} from {' and '.join(remote)} …")
+    from marinctl.cli.boundary import is_interrupt
+    from marinctl.sources import http
     from marinctl.store import open_store
     from marinctl.store.synclock import acquire_all
-    from marinctl.sync import parse_target, sync_targets
+    from marinctl.sync import lock_key, resolve_targets, sync_targets
 
-    targets = targets or ["marin"]
-    plans = [p for t in targets for p in parse_target(t)]  # validate before touching network or store
     store = open_store()
+    if plans is None:
+        plans = resolve_targets(store, targets)   # a stored run's bare id, or the UserError naming the bad TARGET
+    if follow and not json_out:
+        output.info(f"following {', '.join(targets)}" + ("" if all(p.kind == "local" for p in plans) else
+                                                         f" every {interval:g} s") + "; Ctrl-C stops")
     if follow and all(p.kind == "local" for p in plans):
         _follow_local(store, plans, json_out=json_out)
         return
     progress = _Progress(enabled=not json_out and sys.stderr.isatty())
     total = {"runs": [], "events_added": 0, "timing": {"total_s": 0.0, "wandb_http_s": 0.0}}
-    with acquire_all(store.path, targets, owner="sync"):
+    with acquire_all(store.path, [lock_key(p) for p in plans], owner="sync"), http.notices(_note, connecting=not json_out):
         while True:
-            report = sync_targets(store, targets, progress=progress, warn=_warn, following=follow)
+            try:
+                report = sync_targets(store, targets, progress=progress, warn=_warn, following=follow)
+            except Exception as exc:   # Ctrl-C inside a DuckDB query arrives as its own exception
+                if not (follow and is_interrupt(exc)):
+                    raise
+                report = None
+            except KeyboardInterrupt:
+                if not follow:
+                    raise
+                report = None
             progress.close()
+            if report is None:          # --follow stopped mid-round: what was committed stays
+                output.info("stopped; everything written so far is kept (`marinctl runs` lists it)")
+                break
             total["runs"] += report["runs"]
             total["events_added"] += report["events_added"]
             for k in total["timing"]:
@@ -53,7 +84,7 @@ def sync(
             if not follow:
                 break
             if not json_out:
-                _print_human(report)
+                _say_written(report)
             try:
                 time.sleep(interval)
             except KeyboardInterrupt:
@@ -62,6 +93,24 @@ def sync(
         output.print_json(total)
     else:
         _print_human(total)
+
+
+def _say_written(report: dict) -> None:
+    """One stderr line per run a --follow round wrote to (quiet when nothing changed)."""
+    from marinctl import numbers
+
+    for r in report["runs"]:
+        if r["rows_added"]:
+            output.info(f"{r['run']}: +{numbers.count(r['rows_added'])} rows, last step {numbers.count(r['last_step'])}")
+    if report.get("events_added"):
+        output.info(f"events added or updated: {report['events_added']}")
+
+
+def _note(message: str) -> None:
+    """Connecting and retry notices from the HTTP clients, one stderr line each, as they happen."""
+    from marinctl.text import inert
+
+    output.info(inert(message, single_line=True))
 
 
 def _warn(message: str) -> None:
@@ -76,6 +125,7 @@ def _follow_local(store, plans, *, json_out: bool) -> None:
     import threading
 
     from marinctl.store.synclock import acquire_all
+    from marinctl.sync import lock_key
     from marinctl.sync.local import follow
 
     stop = threading.Event()
@@ -84,14 +134,13 @@ def _follow_local(store, plans, *, json_out: bool) -> None:
         if json_out:
             output.print_json({"runs": results, "events_added": 0})
         else:
-            for r in results:
-                output.info(f"{r['run']}: +{r['rows_added']} rows, last step {r['last_step']}")
+            _say_written({"runs": results})
 
     threads = [threading.Thread(target=follow, args=(store, p.path),
                                 kwargs={"stop": stop, "on_update": on_update, "interval": 1.0, "warn": _warn},
                                 daemon=True)
                for p in plans]
-    with acquire_all(store.path, [p.raw for p in plans], owner="sync --follow"):
+    with acquire_all(store.path, [lock_key(p) for p in plans], owner="sync --follow"):
         for t in threads:
             t.start()
         try:

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from marinctl import numbers as N
 from marinctl.analysis.chart_data import Marker
+from marinctl.analysis.explanations import rise
 from marinctl.text import inert
 
 
@@ -32,6 +33,8 @@ def explain_text(doc: dict[str, Any]) -> str:
     if doc.get("synthetic"):
         head += " · SYNTHETIC data"
     lines += [head, ""]
+    if doc.get("summary"):
+        lines += _wrap(_t(doc["summary"]), indent="") + [""]
     findings = doc["findings"]
     if not findings:
         lines += ["Nothing unusual at or near this step: no spike, jump, drift, gap or slowdown was detected", ""]
@@ -73,6 +76,15 @@ def _finding_lines(i: int, f: dict[str, Any]) -> list[str]:
                                                       for r in ev["by_layer"][:5]))
     if f["kind"] in ("sustained_rise", "throughput_collapse") and ev.get("steps"):
         lines.append(f"   steps {N.count(ev.get('start'))}–{N.count(ev.get('end'))} ({N.count(ev['steps'])} steps)")
+    if len(ev.get("event_steps") or []) > 1:
+        lines.append("   event at logged steps " + ", ".join(N.count(s) for s in ev["event_steps"][:12])
+                     + (" …" if len(ev["event_steps"]) > 12 else ""))
+    if f["kind"] == "logit_growth":
+        lines.append(f"   window steps {N.count(ev.get('start'))}–{N.count(ev.get('end'))}: loss "
+                     f"{N.percent(ev.get('loss_rise'), 1, signed=True)} (Mann–Kendall p {N.sig(ev.get('loss_p'), 2)})")
+        for s in ev.get("signals", []):
+            lines.append(f"   {_t(s['key'])}: {rise(s['rise'])} over the window"
+                         f" (Theil–Sen {N.sig(s['slope_per_1k'], 3)} log/1k steps, p {N.sig(s['p'], 2)})")
     if f.get("attribution") and f["kind"] != "param_norm_jump":
         lines.append("   by layer: " + " · ".join(f"{_t(a['name'])} {N.percent(a['share'], 0)}" for a in f["attribution"][:4]))
     if f["kind"] == "param_norm_jump" and f.get("attribution"):
@@ -103,6 +115,9 @@ def _context_lines(c: dict[str, Any]) -> list[str]:
         lines.append("  evals        at steps " + ", ".join(N.count(s) for s in c["evals"][:6]))
     if c.get("checkpoints"):
         lines.append("  checkpoints  at steps " + ", ".join(N.count(s) for s in c["checkpoints"][:6]))
+    for p in c.get("schedule", []):
+        moved = ", ".join(f"{k.replace('_', ' ')} ×{N.sig(v, 3)}" for k, v in p.get("level_ratio", {}).items())
+        lines.append(f"  schedule     {_t(p['what'])} at step {N.count(p['step'])}" + (f" ({moved}): expected" if moved else ""))
     for p in c.get("lineage", []):
         lines.append(f"  lineage      {_t(p['run'])} forked from {_t(p['parent'])} at step {N.count(p['fork_step'])}")
     ev = c.get("events", [])

@@ -24,7 +24,7 @@ import httpx
 
 from marinctl import __version__
 from marinctl.errors import RuntimeFailure, UserError
-from marinctl.sources.http import server_wait
+from marinctl.sources.http import DNS_ATTEMPTS, announce, network_failure, notice, server_wait, unresolvable
 
 DEFAULT_API_URL = "https://api.github.com"
 DEFAULT_MAX_WAIT = 60.0
@@ -146,11 +146,14 @@ class GitHubClient:
         for attempt in range(self._max_attempts):
             self._respect_known_limit()
             self.requests += 1
+            announce("GitHub", self.base_url)
             try:
                 resp = self._client.get(url, headers=headers)
             except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
-                failure = f"{type(exc).__name__}"
-                self._backoff(attempt)
+                failure = network_failure(exc, self.base_url)
+                if unresolvable(exc) and attempt + 1 >= DNS_ATTEMPTS:
+                    break
+                self._backoff(attempt, failure=failure)
                 continue
             self._note_limits(resp.headers)
             self.bytes_downloaded += len(resp.content)
@@ -176,7 +179,7 @@ class GitHubClient:
                                 "check OWNER/REPO, the issue number or the path (e.g. github:marin-community/marin#8435)")
             if status >= 500 or status == 408:
                 failure = f"server error {status}"
-                self._backoff(attempt, server_wait(resp.headers))
+                self._backoff(attempt, server_wait(resp.headers), failure=failure)
                 continue
             if status >= 400:
                 raise RuntimeFailure(f"GitHub answered HTTP {status} for {_short(url)}")
@@ -271,11 +274,13 @@ class GitHubClient:
             hint, retry_at,
         )
 
-    def _backoff(self, attempt: int, asked: float | None = None) -> None:
+    def _backoff(self, attempt: int, asked: float | None = None, failure: str = "") -> None:
         if attempt + 1 >= self._max_attempts:
             return
-        wait = asked if asked is not None else min(8.0, 0.25 * 2 ** attempt)
-        self._sleep(min(wait, self.max_wait))
+        wait = min(asked if asked is not None else min(8.0, 0.25 * 2 ** attempt), self.max_wait)
+        if failure:
+            notice(f"GitHub at {self.base_url}: {failure}; try {attempt + 2} of {self._max_attempts} in {wait:.1f} s")
+        self._sleep(wait)
 
     def _who(self) -> str:
         return "the token from GITHUB_TOKEN/GH_TOKEN" if self._has_token else "anonymous access"

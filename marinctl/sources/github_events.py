@@ -111,9 +111,14 @@ def issue_event(repo: str, issue: dict[str, Any]) -> Event:
                  body=issue.get("body") or "", fields=fields)
 
 
+def comment_prefix(repo: str, number: int) -> str:
+    """What the event id of every comment of an issue starts with."""
+    return f"github:{repo}#{number}/comment/"
+
+
 def comment_event(repo: str, number: int, c: dict[str, Any]) -> Event:
     fields = {"number": number, "repo": repo, "comment_id": c.get("id"), "updated_at": c.get("updated_at")}
-    return Event(f"github:{repo}#{number}/comment/{c['id']}", "github", "comment",
+    return Event(f"{comment_prefix(repo, number)}{c['id']}", "github", "comment",
                  time=parse_time(c.get("created_at")), title=f"#{number}: {first_line(c.get('body'))}",
                  author=(c.get("user") or {}).get("login"), url=c.get("html_url"), body=c.get("body") or "",
                  fields=fields)

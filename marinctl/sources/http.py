@@ -4,17 +4,109 @@ Retries come from tenacity (a well-kept library) with one wait rule of our own: 
 that says how long to wait (Retry-After in seconds or as an HTTP date, or W&B's
 RateLimit-Reset) is obeyed; otherwise exponential back-off with jitter. Requests are
 paced so a long sync stays polite.
+
+Without a network a person should not wait in silence: a client says it is connecting on
+its first request and says each retry as it happens, through the notice callback the caller
+installs with `notices(...)` (sources never print; `marinctl sync` prints them on stderr).
+A host that does not resolve is not worth eight attempts: two, then the failure says so.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import email.utils
+import socket
 import threading
 import time
 from datetime import datetime, timezone
+from typing import Callable, Iterator
 
 import httpx
 from tenacity import RetryCallState, wait_exponential_jitter
+
+DNS_ATTEMPTS = 2          # a name that did not resolve twice will not resolve on the eighth try
+
+_notice: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar("marinctl_http_notice",
+                                                                                       default=None)
+_announced: contextvars.ContextVar[frozenset[str] | None] = contextvars.ContextVar("marinctl_http_announced",
+                                                                                    default=None)
+
+
+@contextlib.contextmanager
+def notices(callback: Callable[[str], None], *, connecting: bool = True) -> Iterator[None]:
+    """Within this block, retry notices of this thread's clients go to `callback`, and (unless
+    `connecting` is False) 'connecting to …' once per server."""
+    token, seen = _notice.set(callback), _announced.set(frozenset() if connecting else None)
+    try:
+        yield
+    finally:
+        _notice.reset(token)
+        _announced.reset(seen)
+
+
+def notice(message: str) -> None:
+    callback = _notice.get()
+    if callback is not None:
+        callback(message)
+
+
+def announce(service: str, url: str) -> None:
+    """'connecting to W&B at URL …', once per service and URL inside a `notices` block."""
+    key, seen = f"{service} {url}", _announced.get()
+    if _notice.get() is None or seen is None or key in seen:
+        return
+    _announced.set(seen | {key})
+    notice(f"connecting to {service} at {url} …")
+
+
+def unresolvable(exc: BaseException | None) -> bool:
+    """True when `exc` (or what caused it) is a host name that did not resolve."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, socket.gaierror):
+            return True
+        text = str(exc)
+        if any(w in text for w in ("Name or service not known", "Temporary failure in name resolution",
+                                   "nodename nor servname", "No address associated with hostname",
+                                   "getaddrinfo failed")):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def network_failure(exc: BaseException, url: str) -> str:
+    """A transport error in words: 'cannot resolve api.wandb.ai', 'connection refused by …', 'timed out …'."""
+    host = httpx.URL(url).host
+    if unresolvable(exc):
+        return f"cannot resolve {host} (no network, or a wrong address)"
+    if isinstance(exc, httpx.TimeoutException):
+        return f"{host} did not answer in time"
+    if "refused" in str(exc).lower():
+        return f"connection refused by {host}"
+    return f"{type(exc).__name__} talking to {host}"
+
+
+class RetryStop:
+    """tenacity stop: `attempts` tries, but only DNS_ATTEMPTS when the host does not resolve."""
+
+    def __init__(self, attempts: int):
+        self.attempts = attempts
+
+    def __call__(self, state: RetryCallState) -> bool:
+        exc = state.outcome.exception() if state.outcome else None
+        limit = min(self.attempts, DNS_ATTEMPTS) if unresolvable(exc) else self.attempts
+        return state.attempt_number >= limit
+
+
+def say_retry(service: str, url: str, attempts: int) -> Callable[[RetryCallState], None]:
+    """tenacity before_sleep: one notice per retry, what failed and when the next try comes."""
+    def before_sleep(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        wait = state.next_action.sleep if state.next_action else 0.0
+        limit = min(attempts, DNS_ATTEMPTS) if unresolvable(exc) else attempts
+        notice(f"{service} at {url}: {exc}; try {state.attempt_number + 1} of {limit} in {wait:.1f} s")
+    return before_sleep
 
 
 class Retryable(Exception):

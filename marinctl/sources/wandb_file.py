@@ -327,7 +327,8 @@ def parse_record(payload):
 
 
 def item_key(item) -> str:
-    return item.key if item.key else "/".join(item.nested_key)
+    """A history item's key as W&B names it: a nested dict's path joined with '.' (`train.loss`)."""
+    return item.key if item.key else ".".join(item.nested_key)
 
 
 def item_value(item) -> Any:

@@ -1,102 +1,49 @@
-"""W&B's parquet history exports: download a run's export and read it back in step chunks.
+"""W&B's parquet history exports: where a run's export is, and its parts downloaded.
 
-Exports cover finished history and cost far less than JSON windows. Files are streamed
-with pyarrow (`iter_batches`), so memory stays bounded by one chunk, not by the export's
-row-group size. Each chunk is a *wide* record batch (`_step` plus one numeric column per
-key) for a step range the chunk completely describes.
+Exports cover finished history and cost far less than JSON windows. The parts are kept as
+they are, as the stored form of that history (store/parts.py), so this module only asks for
+the export and downloads each part to the file the caller names (`.part`, then renamed:
+WandbClient.download), two at a time. Part URLs come in no stable order.
 """
 
 from __future__ import annotations
 
-import hashlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterator
+from pathlib import Path
+from typing import Callable, TypeVar
 
-from marinctl import paths
 from marinctl.domain import RunInfo
 from marinctl.sources.wandb import WandbClient
 
-TARGET_VALUES_PER_CHUNK = 200_000
-PARQUET_CHUNK_STEPS = 10_000
+DOWNLOADS_AT_ONCE = 2
+T = TypeVar("T")
 
 
 @dataclass
-class Chunk:
-    """Steps [lo, hi) of an export, wide: `_step` and the `numeric` columns."""
-
-    lo: int
-    hi: int
-    wide: object            # pyarrow.RecordBatch
-    numeric: list[str]
-
-
 class Export:
-    """A downloaded export, opened file by file in step order; `boundary` is the first step it does not cover."""
+    """A run's export as W&B describes it: part URLs and the first step it serves live (None: none)."""
 
-    def __init__(self, files: list, boundary: int):
-        self.files = files
-        self.boundary = boundary
-
-    def chunks(self, start: int) -> Iterator[Chunk]:
-        """Chunks covering [start, boundary), in step order."""
-        for f in self.files:
-            if _step_stat(f, "max") < start or _step_stat(f, "min") >= self.boundary:
-                continue
-            numeric = [fld.name for fld in f.schema_arrow if fld.name != "_step" and _is_numeric(fld.type)]
-            per_step = max(1, len(numeric))
-            batch_rows = max(500, min(PARQUET_CHUNK_STEPS, TARGET_VALUES_PER_CHUNK * 10 // per_step))
-            for wide in f.iter_batches(batch_size=batch_rows, columns=["_step", *numeric], use_threads=False):
-                steps = wide.column(0)
-                lo_b, hi_b = int(steps[0].as_py()), int(steps[-1].as_py()) + 1
-                if hi_b <= start or lo_b >= self.boundary:
-                    continue
-                yield Chunk(max(lo_b, start), min(hi_b, self.boundary), wide, numeric)
-
-    def close(self) -> None:
-        for f in self.files:
-            f.close()
+    urls: list[str]
+    live_start: int | None
 
 
-def open_export(client: WandbClient, run: RunInfo, start: int, remote_last: int) -> Export | None:
-    """Download the run's export when it covers history from `start` on; None when it does not."""
-    import pyarrow.parquet as pq
-
+def describe(client: WandbClient, run: RunInfo) -> Export:
     ph = client.parquet_history(run.entity, run.project, run.run_id)
-    live_steps = [int(r["_step"]) for r in ph.live_rows if "_step" in r]
-    if not ph.urls or (live_steps and min(live_steps) <= start):
-        return None
-    folder = paths.subdir("parquet") / hashlib.sha1(run.uid.encode()).hexdigest()[:16]
-    folder.mkdir(parents=True, exist_ok=True)
-    files = []
-    for i, url in enumerate(sorted(ph.urls)):
-        dest = folder / f"part-{i:04d}.parquet"
-        client.download(url, dest)
-        files.append(pq.ParquetFile(dest, pre_buffer=False, buffer_size=1 << 20))
-    files.sort(key=lambda f: _step_stat(f, "min"))   # partitions in step order (their URL order is not stable)
-    exported_max = max((_step_stat(f, "max") for f in files), default=None)
-    if exported_max is None:
-        for f in files:
-            f.close()
-        return None
-    boundary = min(min(live_steps) if live_steps else exported_max + 1, exported_max + 1, remote_last + 1)
-    return Export(files, boundary)
+    live = [int(r["_step"]) for r in ph.live_rows if r.get("_step") is not None]
+    return Export(sorted(ph.urls), min(live) if live else None)
 
 
-def _step_stat(f, which: str) -> int:
-    idx = f.schema_arrow.get_field_index("_step")
-    vals = []
-    for g in range(f.metadata.num_row_groups):
-        st = f.metadata.row_group(g).column(idx).statistics
-        if st is None or not st.has_min_max:
-            import pyarrow.compute as pc
+def download_all(client: WandbClient, urls: list[str], dest: Callable[[], Path],
+                 then: Callable[[Path], T]) -> list[T]:
+    """Download every part to a fresh `dest()` and pass each file to `then` (in the download
+    thread, so reading one part's footer overlaps the next download); results in URL order."""
+    def one(url: str) -> T:
+        path = dest()
+        client.download(url, path)
+        return then(path)
 
-            col = f.read(columns=["_step"]).column(0)
-            return int((pc.min if which == "min" else pc.max)(col).as_py())
-        vals.append(st.min if which == "min" else st.max)
-    return int(min(vals) if which == "min" else max(vals))
-
-
-def _is_numeric(t) -> bool:
-    import pyarrow.types as pt
-
-    return pt.is_integer(t) or pt.is_floating(t) or pt.is_boolean(t) or pt.is_decimal(t)
+    if len(urls) <= 1:
+        return [one(u) for u in urls]
+    with ThreadPoolExecutor(max_workers=DOWNLOADS_AT_ONCE) as pool:
+        return list(pool.map(one, urls))

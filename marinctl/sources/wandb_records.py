@@ -16,6 +16,7 @@ from typing import Any
 
 from marinctl.domain import Event, RunInfo
 from marinctl.sources import wandb_file as wf
+from marinctl.sources import wandb_summary
 
 
 class Console:
@@ -84,6 +85,20 @@ def run_info(meta: dict, config: dict, summary: dict, path: Path, state: str, mt
     )
 
 
+def run_uid(records: list, path: Path) -> str | None:
+    """The uid of the run whose run record is among `records` (None when there is none).
+
+    Read before decoding a file's first window, so a resumed run's second file starts from
+    the config and summary its first file left (W&B merges them on resume)."""
+    for _end, rt, payload in records:
+        if rt == wf.RUN:
+            r = wf.parse_record(payload).run
+            cfg: dict = {}
+            wf.apply_items(cfg, wf.decode_items(r.config.update))
+            return run_info(run_meta(r), cfg, {}, path, "running", 0.0).uid
+    return None
+
+
 @dataclass
 class Window:
     """What one window of records decoded to."""
@@ -99,16 +114,10 @@ class Window:
 
 def decode_window(records: list, meta: dict, config: dict, summary: dict) -> Window:
     """Decode (end, type, payload) records; `config`/`summary` are updated in place and returned."""
-    hist, runs, configs, summaries, outputs, exits = [], [], [], [], [], []
+    hist, runs, configs, outputs, exits = [], [], [], [], []
     for i, (_end, rt, payload) in enumerate(records):
         if rt == wf.HISTORY:
             hist.append(payload)
-        elif rt == wf.SUMMARY:
-            # The two summary records wandb-core writes with every log() just repeat that
-            # step's history values, which we take from history itself; parse the rest.
-            if _precedes_history(records, i):
-                continue
-            summaries.append((i, payload))
         elif rt == wf.RUN:
             runs.append(payload)
         elif rt == wf.CONFIG:
@@ -129,17 +138,7 @@ def decode_window(records: list, meta: dict, config: dict, summary: dict) -> Win
     for payload in configs:
         c = wf.parse_record(payload).config
         wf.apply_items(config, wf.decode_items(c.update), [item_path(it) for it in c.remove])
-    # Summary = updates in file order, with history's latest values standing in for the
-    # per-log summary records we skipped (applied at the position of the last history).
-    last_hist = max((i for i, (_e, rt, _p) in enumerate(records) if rt == wf.HISTORY), default=-1)
-    for when in ("before", "after"):
-        if when == "after" and cols is not None:
-            summary.update(cols.last_values)
-            summary["_step"] = max(cols.row_steps)
-        for i, payload in summaries:
-            if (i < last_hist) == (when == "before"):
-                s = wf.parse_record(payload).summary
-                wf.apply_items(summary, wf.decode_items(s.update), [item_path(it) for it in s.remove])
+    wandb_summary.apply(summary, records)   # W&B's summary: every summary record in file order
     out = Window(meta, config, summary, cols)
     for payload in exits:
         out.exit_code = wf.parse_record(payload).exit.exit_code
@@ -174,16 +173,3 @@ def console_events(uid: str, fragments, pending: dict[str, str] | None, count: i
                                 step=step if step is not None else step_before))
             count += 1
     return events, console.pending, count
-
-
-def _precedes_history(recs, i: int) -> bool:
-    """Is record i one of the (at most two) summary records right before a history record?"""
-    for j in (i + 1, i + 2):
-        if j >= len(recs):
-            return False
-        rt = recs[j][1]
-        if rt == wf.HISTORY:
-            return True
-        if rt != wf.SUMMARY:
-            return False
-    return False

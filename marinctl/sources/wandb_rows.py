@@ -1,7 +1,9 @@
 """W&B history values decoded: JSON history rows to long Arrow batches, W&B values to floats.
 
 The long batch (step int64, key string, value float64) is what the store's metrics writers
-take (`store.metrics.replace_range`); only numeric scalars and bools become values.
+take (`store.metrics.replace_range`); only numeric scalars and bools become values. A nested
+dict is flattened as W&B flattens it: `{"train": {"loss": x}}` is the key `train.loss`, a key
+of its own next to a flat `train/loss`.
 """
 
 from __future__ import annotations
@@ -33,6 +35,12 @@ def batch_from_rows(rows: Iterable[dict], step_key: str = "_step") -> pa.Table:
                 f = as_float(v)
                 if f is None:
                     continue
+            elif t is dict and k != step_key:
+                for sub, f in _nested(k, v):
+                    add_s(step)
+                    add_k(sub)
+                    add_v(f)
+                continue
             else:
                 continue
             if k == step_key:
@@ -42,6 +50,21 @@ def batch_from_rows(rows: Iterable[dict], step_key: str = "_step") -> pa.Table:
             add_v(f)
     return pa.table({"step": pa.array(steps, pa.int64()), "key": pa.array(keys, pa.string()),
                      "value": pa.array(values, pa.float64())})
+
+
+def _nested(prefix: str, value: dict) -> Iterable[tuple[str, float]]:
+    """A nested dict's numeric leaves as W&B names them (`train.loss`); media objects
+    (dicts with a `_type`, such as histograms) are not metrics and are skipped."""
+    if "_type" in value:
+        return
+    for k, v in value.items():
+        key = f"{prefix}.{k}"
+        if isinstance(v, dict):
+            yield from _nested(key, v)
+        else:
+            f = as_float(v)
+            if f is not None:
+                yield key, f
 
 
 def as_float(v) -> float | None:

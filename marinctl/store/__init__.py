@@ -79,18 +79,21 @@ class Store:
             time.sleep(delay)
             delay = min(delay * 2, 0.25)
 
-    def ensure_schema(self) -> None:
+    def ensure_schema(self, reader: duckdb.DuckDBPyConnection | None = None) -> None:
+        """Migrate the file to the latest schema once per process; `reader`, a read-only
+        connection the caller already holds, answers the version check (one open, not two)."""
         if self._migrated:
             return
         with self._mutex:
             if self._migrated:
                 return
             if self.path.exists():
-                con = self._open(read_only=True)
+                con = reader or self._open(read_only=True)
                 try:
                     current = schema.current_version(con)
                 finally:
-                    con.close()
+                    if reader is None:
+                        con.close()
                 if current >= schema.latest_version():
                     self._migrated = True
                     return
@@ -105,8 +108,19 @@ class Store:
     @contextmanager
     def connect(self, *, write: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
         """A short-lived connection. Writers should wrap their work in one transaction."""
+        con = None
+        if not write and not self._migrated and self.path.exists():
+            con = self._open(read_only=True)
+            try:
+                self.ensure_schema(reader=con)
+            except BaseException:
+                con.close()
+                raise
+            if not self._migrated:      # an older file: migrated by a writer, then read afresh
+                con.close()
+                con = None
         self.ensure_schema()
-        con = self._open(read_only=not write)
+        con = con or self._open(read_only=not write)
         # DuckDB draws a progress bar on stdout for long queries; it would corrupt --json output.
         con.execute("SET enable_progress_bar = false")
         if write:

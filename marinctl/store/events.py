@@ -1,7 +1,9 @@
 """The `events` table: GitHub/logbook entries and console lines, and their place on a run's steps.
 
 Writers: `upsert` (one GitHub or logbook event; stable ids make a rewrite an update, and
-a commit seen through two paths gains the path instead of a duplicate), `write_console`
+a commit seen through two paths gains the path instead of a duplicate), `put_run_note` (what a
+sync noted about a run at a step: a resumed segment, a rewind), `remove_comments_except`
+(comments deleted on GitHub), `write_console`
 (a window of `.wandb` console lines in bulk) and `set_alignment` (what analysis/align.py
 decided). Readers return raw text: printing it goes through `marinctl.text`.
 """
@@ -48,6 +50,33 @@ def upsert(con: Connection, ev: Event) -> bool:
         [*new, json.dumps(merged), ev.event_id],
     )
     return True
+
+
+def put_run_note(con: Connection, ev: Event) -> None:
+    """An event the sync itself noted about a run, placed on its run and step (a resumed
+    segment, a rewind); written again with the same id it is replaced, never doubled."""
+    con.execute(
+        "INSERT OR REPLACE INTO events (event_id, source, kind, time, title, author, url, body, run_uid, step, fields)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [ev.event_id, ev.source, ev.kind, ev.time, ev.title, ev.author, ev.url, ev.body, ev.run_uid, ev.step,
+         json.dumps(ev.fields)])
+
+
+def remove_comments_except(con: Connection, prefix: str, keep: Sequence[str]) -> int:
+    """Remove the events whose id starts with `prefix` (an issue's comments) other than `keep`:
+    the comments GitHub no longer lists were deleted there. Returns how many went."""
+    import pyarrow as pa
+
+    con.register("_keep", pa.table({"event_id": pa.array(list(keep), pa.string())}))
+    try:
+        gone = con.execute("SELECT count(*) FROM events WHERE starts_with(event_id, ?)"
+                           " AND event_id NOT IN (SELECT event_id FROM _keep)", [prefix]).fetchall()[0][0]
+        if gone:
+            con.execute("DELETE FROM events WHERE starts_with(event_id, ?)"
+                        " AND event_id NOT IN (SELECT event_id FROM _keep)", [prefix])
+    finally:
+        con.unregister("_keep")
+    return gone
 
 
 def write_console(con: Connection, uid: str, lines: Sequence[Event]) -> None:

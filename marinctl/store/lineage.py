@@ -2,9 +2,11 @@
 
 Marin's hero is a chain of forked W&B runs (`hero-12d8b6f0-dee637` →
 `hero-wd-gate-router-p02-step54k` → `hero-ragged_a2a-ep-step81k` → …). A fork child
-inherits its parent's history up to the fork step, so marinctl stores each child only
-from `fork_step + 1` on, and the stitched view takes every step from the newest run of
-the chain that covers it: the root for [0, f1], the first child for (f1, f2], ...
+inherits its parent's history up to the fork step `f`. marinctl stores every row each run
+logged itself (a child that logs the fork step, as W&B's forking guide does, has its own
+row at `f`), and the stitched view takes a child's own rows from its first logged step `c`
+on and its parent's only below that, never past the fork: the parent for [.., min(c, f+1)),
+the child for [c, ..). `show` reports exactly those ranges.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 from marinctl.errors import UserError
 from marinctl.store import Connection
 from marinctl.store import runs as runs_mod
+from marinctl.store import metrics
 from marinctl.store.metrics import Segment
 
 HERO_GROUP = "moe-hero-ep"
@@ -45,6 +48,7 @@ class Target:
         return self.leaf
 
     def lineage_json(self) -> list[dict[str, Any]]:
+        """The step range each run of the chain contributes: [from_step, to_step], inclusive."""
         out = []
         for run, (_, lo, hi) in zip(self.runs, self.segments):
             out.append({"run": run["run_id"], "from_step": lo if lo is not None else 0,
@@ -73,18 +77,29 @@ def chain(con: Connection, run: dict[str, Any]) -> list[dict[str, Any]]:
         seen.add(parent["uid"])
         out.append(parent)
         cur = parent
-    return list(reversed(out))
+    out.reverse()
+    for child in out[1:]:
+        child["first_step"] = metrics.step_range(con, [(child["run_pk"], None, None)])[0]
+    return out
 
 
 def segments_for(chain_runs: list[dict[str, Any]]) -> list[Segment]:
+    """(run_pk, lo, hi) per run of a chain (root first); see the module doc for the ranges."""
     segs: list[Segment] = []
     for i, run in enumerate(chain_runs):
-        lo = None if i == 0 else (chain_runs[i]["fork_step"] or 0) + 1
+        lo = None if i == 0 else _own_from(run)
         hi = None
         if i + 1 < len(chain_runs):
-            hi = (chain_runs[i + 1]["fork_step"] or 0) + 1
+            child = chain_runs[i + 1]
+            hi = min(_own_from(child), (child["fork_step"] or 0) + 1)
         segs.append((run["run_pk"], lo, hi))
     return segs
+
+
+def _own_from(child: dict[str, Any]) -> int:
+    """A fork child's first own row: its first stored step (`chain` reads it), else fork_step + 1."""
+    first = child.get("first_step")
+    return int(first) if first is not None else (child["fork_step"] or 0) + 1
 
 
 def hero_leaf(con: Connection) -> dict[str, Any] | None:

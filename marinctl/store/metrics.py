@@ -1,5 +1,10 @@
 """Full-resolution metric history: append in batches, read series, downsample in SQL.
 
+A run's history is held in two forms: W&B's exported parquet parts (store/parts.py) and the
+long `metrics` table (the live tail, local and repro runs). Every read here goes across both
+through store/scan.py; the writers here keep the invariant that no long row lies inside a
+part's range (a range written here is cut out of the run's parts).
+
 Writers hand over a long batch (step, key, value) with an explicit step range [lo, hi)
 that the batch completely describes. `replace_range` deletes whatever the store holds
 for that run in [lo, hi) and inserts the batch, ordered by (key_id, step), inside the
@@ -17,7 +22,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from marinctl.store import first
+from marinctl.store import parts, scan
 
 BATCH_SCHEMA = pa.schema([("step", pa.int64()), ("key", pa.string()), ("value", pa.float64())])
 
@@ -48,6 +53,7 @@ def replace_range(
             con.execute("DELETE FROM metrics WHERE run_pk = ? AND step >= ?", [run_pk, lo])
         else:
             con.execute("DELETE FROM metrics WHERE run_pk = ? AND step >= ? AND step < ?", [run_pk, lo, hi])
+        parts.cut(con, run_pk, lo, hi)
     if batch.num_rows == 0:
         return 0
     con.register("_batch", batch)
@@ -61,48 +67,6 @@ def replace_range(
     finally:
         con.unregister("_batch")
     return batch.num_rows
-
-
-def insert_from_relation(con: duckdb.DuckDBPyConnection, run_pk: int, relation_sql: str) -> int:
-    """Insert long rows produced by SQL (columns step, key, value), e.g. an UNPIVOT of parquet."""
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _rel AS {relation_sql}")
-    try:
-        ensure_keys(con, "_rel")
-        n = con.execute("SELECT count(*) FROM _rel").fetchall()[0][0]
-        con.execute(
-            "INSERT INTO metrics SELECT ?, k.key_id, r.step, r.value FROM _rel r"
-            " JOIN metric_keys k ON k.key = r.key ORDER BY k.key_id, r.step",
-            [run_pk],
-        )
-    finally:
-        con.execute("DROP TABLE IF EXISTS _rel")
-    return n
-
-
-def replace_wide(con: duckdb.DuckDBPyConnection, run_pk: int, wide: pa.RecordBatch, numeric: Sequence[str],
-                 lo: int, hi: int, *, existing_last_step: int | None = None) -> tuple[int, int | None]:
-    """`replace_range` for a wide batch (a `_step` column and one column per key, e.g. a parquet
-    export): steps [lo, hi) are unpivoted to long rows in DuckDB. `existing_last_step` is the
-    run's last stored step (None: nothing stored, so nothing to delete). Returns (rows, last step written)."""
-    def q(c: str) -> str:
-        return '"' + c.replace('"', '""') + '"'
-
-    cast = ", ".join(f"CAST({q(c)} AS DOUBLE) AS {q(c)}" for c in numeric)
-    con.register("_wide", wide)
-    try:
-        if existing_last_step is not None and lo <= existing_last_step:
-            con.execute("DELETE FROM metrics WHERE run_pk = ? AND step >= ? AND step < ?", [run_pk, lo, hi])
-        rel = (
-            f"SELECT _step AS step, key, value FROM (UNPIVOT (SELECT CAST(_step AS BIGINT) AS _step, {cast}"
-            f" FROM _wide WHERE _step >= {int(lo)} AND _step < {int(hi)}) ON COLUMNS(* EXCLUDE (_step))"
-            " INTO NAME key VALUE value)"
-        )
-        n = insert_from_relation(con, run_pk, rel)
-    finally:
-        con.unregister("_wide")
-    top = first(con.execute("SELECT max(step) FROM metrics WHERE run_pk = ? AND step >= ? AND step < ?",
-                            [run_pk, lo, hi]))[0]
-    return n, top
 
 
 def merge_range(con: duckdb.DuckDBPyConnection, run_pk: int, batch: pa.Table, lo: int, hi: int, *,
@@ -145,8 +109,8 @@ def _last_per_key(batch: pa.Table) -> pa.Table:
 
 
 def delete_from(con: duckdb.DuckDBPyConnection, run_pk: int, step: int) -> None:
-    """Forget a run's history from `step` on (W&B rewrote it)."""
-    con.execute("DELETE FROM metrics WHERE run_pk = ? AND step >= ?", [run_pk, step])
+    """Forget a run's history from `step` on (W&B rewrote it): long rows deleted, parts clipped."""
+    parts.rewind(con, run_pk, step)
 
 
 def key_id(con: duckdb.DuckDBPyConnection, key: str) -> int | None:
@@ -165,14 +129,7 @@ def key_ids(con: duckdb.DuckDBPyConnection, keys: Sequence[str]) -> dict[str, in
 
 def run_keys(con: duckdb.DuckDBPyConnection, run_pks: Sequence[int]) -> list[str]:
     """Keys a run (or lineage) logged, sorted."""
-    if not run_pks:
-        return []
-    marks = ",".join("?" * len(run_pks))
-    rows = con.execute(
-        f"SELECT DISTINCT k.key FROM metrics m JOIN metric_keys k USING (key_id) WHERE m.run_pk IN ({marks}) ORDER BY 1",
-        list(run_pks),
-    ).fetchall()
-    return [r[0] for r in rows]
+    return scan.run_keys(con, run_pks)
 
 
 # --- reading ------------------------------------------------------------------------------
@@ -203,20 +160,7 @@ def series(
     hi: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Every (step, value) of one key over the given run segments, sorted by step."""
-    kid = key_id(con, key)
-    if kid is None or not segments:
-        return np.empty(0, np.int64), np.empty(0, np.float64)
-    where, params = segment_filter(segments)
-    sql = f"SELECT step, value FROM metrics WHERE key_id = ? AND {where}"
-    params = [kid, *params]
-    if lo is not None:
-        sql += " AND step >= ?"
-        params.append(lo)
-    if hi is not None:
-        sql += " AND step < ?"
-        params.append(hi)
-    res = con.execute(sql + " ORDER BY step", params).fetchnumpy()
-    return np.asarray(res["step"], dtype=np.int64), np.asarray(res["value"], dtype=np.float64)
+    return scan.arrays(con, segments, key, lo, hi)
 
 
 @dataclass
@@ -271,25 +215,20 @@ def downsample_many(
     if not ids or not segments or hi <= lo:
         return {}
     width = max(1.0, (hi - lo) / max(1, int(buckets)))
-    where, params = segment_filter(segments)
-    sql = f"""
-        SELECT key_id, b,
-               min(step), max(step),
-               min(value) FILTER (WHERE isfinite(value)),
-               max(value) FILTER (WHERE isfinite(value)),
-               arg_min(value, step), arg_max(value, step),
-               avg(value) FILTER (WHERE isfinite(value)),
-               count(*), count(*) FILTER (WHERE NOT isfinite(value)),
-               arg_max(step, value) FILTER (WHERE isfinite(value)),
-               arg_min(step, value) FILTER (WHERE isfinite(value))
-        FROM (
-            SELECT key_id, step, value, CAST(floor((step - ?) / ?) AS BIGINT) AS b
-            FROM metrics
-            WHERE key_id IN ({','.join('?' * len(ids))}) AND step >= ? AND step < ? AND {where}
-        )
-        GROUP BY key_id, b ORDER BY key_id, b
-    """
-    res = con.execute(sql, [lo, width, *ids.values(), lo, hi, *params]).fetchall()
+    with scan.relation(con, segments, list(ids), lo, hi) as rel:
+        res = con.execute(f"""
+            SELECT key_id, b,
+                   min(step), max(step),
+                   min(value) FILTER (WHERE isfinite(value)),
+                   max(value) FILTER (WHERE isfinite(value)),
+                   arg_min(value, step), arg_max(value, step),
+                   avg(value) FILTER (WHERE isfinite(value)),
+                   count(*), count(*) FILTER (WHERE NOT isfinite(value)),
+                   arg_max(step, value) FILTER (WHERE isfinite(value)),
+                   arg_min(step, value) FILTER (WHERE isfinite(value))
+            FROM (SELECT key_id, step, value, CAST(floor((step - ?) / ?) AS BIGINT) AS b FROM {rel})
+            GROUP BY key_id, b ORDER BY key_id, b
+        """, [lo, width]).fetchall()
     by_id: dict[int, list] = {}
     for row in res:
         by_id.setdefault(row[0], []).append(row)
@@ -315,8 +254,8 @@ def _empty_envelope() -> Envelope:
 
 
 def step_range(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment]) -> tuple[int | None, int | None]:
-    where, params = segment_filter(segments)
-    return tuple(con.execute(f"SELECT min(step), max(step) FROM metrics WHERE {where}", params).fetchall()[0])
+    """First and last step holding a value over the segments (parts and long rows)."""
+    return scan.step_range(con, segments)
 
 
 def unknown_keys(con: duckdb.DuckDBPyConnection, keys: Sequence[str]) -> list[str]:
@@ -325,27 +264,26 @@ def unknown_keys(con: duckdb.DuckDBPyConnection, keys: Sequence[str]) -> list[st
     return [k for k in keys if k not in known]
 
 
-def export_table(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], keys: Sequence[str] | None) -> pa.Table:
-    """Every long row (step, key, value) of the segments, as one Arrow table (the export contract)."""
-    sql, params = export_relation_sql(segments, keys)
-    return con.sql(sql, params=params).to_arrow_table()
-
-
 def export_batches(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], keys: Sequence[str] | None,
                    rows_per_batch: int = 100_000):
-    """The same rows as `export_table`, streamed in Arrow record batches (bounded memory)."""
-    sql, params = export_relation_sql(segments, keys)
-    return con.sql(sql, params=params).to_arrow_reader(rows_per_batch)
+    """Every long row (step, key, value) of the segments sorted by step then key (the export
+    contract), streamed in Arrow record batches: memory is bounded by one part's row group."""
+    return scan.export(con, segments, keys, rows_per_batch)
 
 
-def export_relation_sql(segments: Sequence[Segment], keys: Sequence[str] | None) -> tuple[str, list]:
-    """SQL for long rows (step, key, value) sorted by step then key — the export contract."""
-    where, params = segment_filter(segments)
-    sql = (
-        "SELECT m.step, k.key, m.value FROM metrics m JOIN metric_keys k USING (key_id)"
-        f" WHERE {where.replace('run_pk', 'm.run_pk').replace('step', 'm.step')}"
-    )
-    if keys:
-        sql += f" AND k.key IN ({','.join('?' * len(keys))})"
-        params = [*params, *keys]
-    return sql + " ORDER BY m.step, k.key", params
+def export_table(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], keys: Sequence[str] | None) -> pa.Table:
+    """`export_batches` as one Arrow table (for small ranges: a step or a window)."""
+    return pa.Table.from_batches(list(export_batches(con, segments, keys)), schema=scan.EXPORT)
+
+
+def export_parquet(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], keys: Sequence[str] | None,
+                   path) -> int:
+    """`export_batches` written to a parquet file as they stream; returns rows written."""
+    import pyarrow.parquet as pq
+
+    rows = 0
+    with pq.ParquetWriter(str(path), scan.EXPORT) as writer:
+        for batch in export_batches(con, segments, keys):
+            writer.write_batch(batch)
+            rows += batch.num_rows
+    return rows

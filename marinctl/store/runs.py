@@ -53,6 +53,14 @@ def upsert_run(con: Connection, run: RunInfo) -> int:
     return row[0]
 
 
+def sync_facts(con: Connection, uid: str) -> dict[str, Any] | None:
+    """What the last sync stored of a run's remote state (None when never synced): its
+    `state`, `heartbeat_at` and `remote_last_step`, to tell whether anything can have changed."""
+    cur = con.execute("SELECT state, heartbeat_at, remote_last_step FROM runs WHERE uid = ?", [uid])
+    row = first(cur)
+    return dict(zip([d[0] for d in cur.description], row)) if row else None
+
+
 def last_step(con: Connection, run_pk: int) -> int | None:
     """The last history step stored for a run (as sync recorded it)."""
     return first(con.execute("SELECT last_step FROM runs WHERE run_pk = ?", [run_pk]))[0]
@@ -65,7 +73,9 @@ def raise_last_step(con: Connection, run_pk: int, step: int) -> None:
 
 def refresh_last_step(con: Connection, run_pk: int) -> int | None:
     """Recompute `last_step` from the stored history (after a rewind deleted some of it)."""
-    last = first(con.execute("SELECT max(step) FROM metrics WHERE run_pk = ?", [run_pk]))[0]
+    from marinctl.store import scan  # parquet parts and long rows alike (issue 13 #7)
+
+    last = scan.step_range(con, [(run_pk, None, None)])[1]
     con.execute("UPDATE runs SET last_step = ? WHERE run_pk = ?", [last, run_pk])
     return last
 
@@ -82,6 +92,26 @@ def documents(con: Connection, uid: str) -> tuple[dict[str, Any], dict[str, Any]
     """(config, summary) stored for a run uid, or None when the run is not stored."""
     row = first(con.execute("SELECT config, summary FROM runs WHERE uid = ?", [uid]))
     return (_as_dict(row[0]), _as_dict(row[1])) if row else None
+
+
+def set_documents(con: Connection, uid: str, config: dict[str, Any], summary: dict[str, Any]) -> None:
+    """A run's config and summary, as a later file of the same W&B run left them (a resume)."""
+    con.execute("UPDATE runs SET config = ?, summary = ? WHERE uid = ?",
+                [json.dumps(config, default=str), json.dumps(summary, default=str), uid])
+
+
+def segment_id(con: Connection, run: RunInfo, path: str) -> str:
+    """The run id under which `path` keeps a resumed segment of `run` whose `_step` restarted:
+    the one it already has, else `RUN~2`, `RUN~3`, ... (the first segment keeps the run id)."""
+    rows = con.execute("SELECT run_id, path FROM runs WHERE starts_with(uid, ?)", [run.uid + "~"]).fetchall()
+    for run_id, at in rows:
+        if at == path:
+            return run_id
+    taken = {r[0] for r in rows}
+    n = 2
+    while f"{run.run_id}~{n}" in taken:
+        n += 1
+    return f"{run.run_id}~{n}"
 
 
 def _as_dict(v: Any) -> dict[str, Any]:
@@ -195,11 +225,12 @@ def resolve_run(con: Connection, ref: str) -> dict[str, Any]:
 
 
 def find_rung_runs(con: Connection, rung: str) -> list[dict[str, Any]]:
-    """Cloud or local runs of a ladder rung: by the ladder group and the width in the id/name."""
+    """Cloud or local runs of a ladder rung: by the ladder group and the width in the id/name.
+    Reproductions (`repro_runs`) are overlays linked to a rung, never the rung itself."""
     width = RUNG_NAMES.get(rung, rung)
     cur = con.execute(
         f"SELECT {RUN_COLUMNS} FROM runs WHERE (run_group LIKE '%scaling-ladder%' OR run_id LIKE 'ladder-%'"
-        " OR source = 'repro') AND (run_id LIKE ? OR name LIKE ?) ORDER BY source = 'wandb', created_at NULLS FIRST",
+        ") AND source <> 'repro' AND (run_id LIKE ? OR name LIKE ?) ORDER BY source = 'wandb', created_at NULLS FIRST",
         [f"%{width}%", f"%{width}%"],
     )
     rows = [row_to_dict(r, cur.description) for r in cur.fetchall()]

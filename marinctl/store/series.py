@@ -1,19 +1,22 @@
 """Reads behind the views: which keys hold data, step ranges, newest values, markers, run rows.
 
 The chart grid, the header, explain's context and the sidebar ask these small questions many
-times a second while `watch` is up. Each is one key-filtered query, so DuckDB's zone maps skip
-the row groups of other keys and runs even at hero scale (84M values). Whole series and
-envelopes come from `store.metrics` (`series`, `downsample_many`).
+times a second while `watch` is up. Each is answered from the facts stored per parquet part
+(store/parts.py) where a part is read whole, and from one key-filtered query of the long rows,
+whose zone maps skip the row groups of other keys and runs even at hero scale. Whole series
+and envelopes come from `store.metrics` (`series`, `downsample_many`).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import duckdb
 import numpy as np
 
 from marinctl.store import metrics as M
+from marinctl.store import scan
 from marinctl.store.metrics import Segment
 
 
@@ -21,15 +24,23 @@ def _marks(items: Sequence[Any]) -> str:
     return ",".join("?" * len(items))
 
 
+def _ids(ids) -> str:
+    return ",".join(str(int(i)) for i in ids)
+
+
 def keys_with_data(con: duckdb.DuckDBPyConnection, run_pks: Sequence[int], keys: Sequence[str]) -> set[str]:
-    """Those of `keys` that these runs logged at least once (a LIMIT 1 probe per key: a few ms each)."""
+    """Those of `keys` that these runs logged at least once (parts' key lists, then a LIMIT 1 probe per key)."""
     ids = M.key_ids(con, keys)
     if not ids or not run_pks:
         return set()
+    in_parts = {r[0] for r in con.execute(
+        f"SELECT DISTINCT key_id FROM part_keys WHERE key_id IN ({_ids(ids.values())}) AND part_id IN"
+        f" (SELECT part_id FROM history_parts WHERE run_pk IN ({_ids(run_pks)}))").fetchall()}
     present = set()
     for key, kid in ids.items():
-        if con.execute(f"SELECT 1 FROM metrics WHERE key_id = ? AND run_pk IN ({_marks(run_pks)}) LIMIT 1",
-                       [kid, *run_pks]).fetchall():
+        if kid in in_parts or con.execute(
+                f"SELECT 1 FROM metrics WHERE key_id = ? AND run_pk IN ({_marks(run_pks)}) LIMIT 1",
+                [kid, *run_pks]).fetchall():
             present.add(key)
     return present
 
@@ -40,32 +51,59 @@ def key_step_range(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment],
     ids = list(M.key_ids(con, keys).values())
     if not ids or not segments:
         return None, None
-    where, params = M.segment_filter(segments)
-    row = con.execute(f"SELECT min(step), max(step) FROM metrics WHERE key_id IN ({_marks(ids)}) AND {where}",
-                      [*ids, *params]).fetchall()[0]
-    return row[0], row[1]
+    los, his = [], []
+    pieces = scan.pieces(con, segments)
+    stored = scan.part_facts(con, [p for p in pieces if p.whole], ids, "first_step, last_step")
+    for p in pieces:
+        if p.whole:
+            rows = stored.get(p.part_id, [])
+            los += [r[1] for r in rows]
+            his += [r[2] for r in rows]
+        else:
+            with scan.relation(con, [(p.run_pk, p.a, p.b)], keys) as rel:
+                lo, hi = con.execute(f"SELECT min(step), max(step) FROM {rel}").fetchall()[0]
+            if lo is not None:
+                los.append(lo)
+                his.append(hi)
+    lo, hi = con.execute(f"SELECT min(step), max(step) FROM metrics WHERE key_id IN ({_ids(ids)})"
+                         f" AND {scan.long_where(segments)}").fetchall()[0]
+    if lo is not None:
+        los.append(lo)
+        his.append(hi)
+    return (int(min(los)), int(max(his))) if los else (None, None)
 
 
 def last_values(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], keys: Sequence[str],
                 since: int | None = None) -> dict[str, tuple[int, float]]:
     """{key: (step, value)} of the newest finite value of each key (at or after `since`, if given)."""
-    return _last(con, segments, keys, since, None, finite=True)
-
-
-def _last(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], keys: Sequence[str], since: int | None,
-          until: int | None, *, finite: bool) -> dict[str, tuple[int, float]]:
-    """{key: (step, value)} of each key's last value with since <= step <= until (finite ones only, or any)."""
     ids = M.key_ids(con, keys) if keys else {}
     if not ids or not segments:
         return {}
     names = {v: k for k, v in ids.items()}
-    where, params = M.segment_filter(segments)
-    rows = con.execute(
-        f"SELECT key_id, max(step), arg_max(value, step) FROM metrics WHERE key_id IN ({_marks(ids)})"
-        f"{' AND isfinite(value)' if finite else ''} AND step >= ? AND step <= ? AND {where} GROUP BY key_id",
-        [*ids.values(), since if since is not None else -(2 ** 62), until if until is not None else 2 ** 62,
-         *params]).fetchall()
-    return {names[k]: (int(s), float(v) if v is not None else float("nan")) for k, s, v in rows}
+    best: dict[int, tuple[int, float]] = {}
+
+    def offer(kid, step, value) -> None:
+        if step is not None and value is not None and (kid not in best or step > best[kid][0]):
+            best[kid] = (int(step), float(value))
+
+    pieces = scan.pieces(con, segments, since, None)
+    stored = scan.part_facts(con, [p for p in pieces if p.covers_end], list(ids.values()),
+                             "last_finite_step, last_finite")
+    for p in pieces:
+        if p.covers_end:   # the part's own last finite value, if it lies in the range read
+            for kid, s, v in stored.get(p.part_id, []):
+                if s is not None and s >= p.a:
+                    offer(kid, s, v)
+        else:
+            with scan.relation(con, [(p.run_pk, p.a, p.b)], list(ids)) as rel:
+                for kid, s, v in con.execute(f"SELECT key_id, max(step), arg_max(value, step) FROM {rel}"
+                                             " WHERE isfinite(value) GROUP BY key_id").fetchall():
+                    offer(kid, s, v)
+    for kid, s, v in con.execute(
+            f"SELECT key_id, max(step), arg_max(value, step) FROM metrics WHERE key_id IN ({_ids(ids.values())})"
+            f" AND isfinite(value) AND {scan.long_where(segments, since, None)} GROUP BY key_id").fetchall():
+        offer(kid, s, v)
+    return {names[k]: sv for k, sv in best.items()}
 
 
 def smallest_value(con: duckdb.DuckDBPyConnection, run_pks: Sequence[int], key: str) -> float | None:
@@ -73,21 +111,23 @@ def smallest_value(con: duckdb.DuckDBPyConnection, run_pks: Sequence[int], key: 
     kid = M.key_id(con, key)
     if kid is None or not run_pks:
         return None
-    row = con.execute(f"SELECT min(value) FROM metrics WHERE key_id = ? AND run_pk IN ({_marks(run_pks)})",
-                      [kid, *run_pks]).fetchall()
-    return row[0][0] if row else None
+    found = [r[0] for r in con.execute(
+        f"SELECT min_value FROM part_keys WHERE key_id = {int(kid)} AND part_id IN"
+        f" (SELECT part_id FROM history_parts WHERE run_pk IN ({_ids(run_pks)}))"
+        f" UNION ALL SELECT min(value) FROM metrics WHERE key_id = {int(kid)} AND run_pk IN ({_ids(run_pks)})"
+    ).fetchall() if r[0] is not None]
+    numbers = [v for v in found if not math.isnan(v)]
+    return min(numbers) if numbers else (found[0] if found else None)
 
 
 def steps_with_key_prefix(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], prefix: str,
                           lo: int, hi: int) -> list[int]:
     """Steps in [lo, hi] at which any key starting with `prefix` was logged (e.g. 'eval/': eval steps)."""
-    ids = [r[0] for r in con.execute("SELECT key_id FROM metric_keys WHERE starts_with(key, ?)", [prefix]).fetchall()]
-    if not ids or not segments:
+    keys = [r[0] for r in con.execute("SELECT key FROM metric_keys WHERE starts_with(key, ?)", [prefix]).fetchall()]
+    if not keys or not segments:
         return []
-    where, params = M.segment_filter(segments)
-    rows = con.execute(
-        f"SELECT DISTINCT step FROM metrics WHERE key_id IN ({_marks(ids)}) AND step BETWEEN ? AND ? AND {where}"
-        " ORDER BY step", [*ids, lo, hi, *params]).fetchall()
+    with scan.relation(con, segments, keys, lo, hi + 1) as rel:
+        rows = con.execute(f"SELECT DISTINCT step FROM {rel} ORDER BY step").fetchall()
     return [int(r[0]) for r in rows]
 
 
@@ -100,19 +140,18 @@ def moved_from_baseline(con: duckdb.DuckDBPyConnection, segments: Sequence[Segme
     """
     if not segments:
         return []
-    where, params = M.segment_filter(segments)
-    return con.execute(f"""
-        WITH d AS (SELECT key_id, step, value FROM metrics WHERE step BETWEEN ? AND ? AND {where} AND isfinite(value)),
-        cur AS (SELECT key_id, max(step) AS s, arg_max(value, step) AS v FROM d WHERE step >= ? GROUP BY key_id),
-        base AS (SELECT d.key_id, median(d.value) AS med, mad(d.value) AS dev, count(*) AS n
-                 FROM d JOIN cur USING (key_id) WHERE d.step < cur.s GROUP BY d.key_id)
-        SELECT k.key, cur.s, cur.v, base.med, base.n,
-               0.6745 * (cur.v - base.med) / greatest(base.dev, abs(base.med) * 1e-6, 1e-12) AS z
-        FROM cur JOIN base USING (key_id) JOIN metric_keys k USING (key_id)
-        WHERE base.n >= ?
-        ORDER BY abs(z) DESC
-    """, [step - window, step, *params, step - recent, min_points]).fetchall()
-
+    with scan.relation(con, segments, None, step - window, step + 1) as rel:
+        return con.execute(f"""
+            WITH d AS (SELECT key_id, step, value FROM {rel} WHERE isfinite(value)),
+            cur AS (SELECT key_id, max(step) AS s, arg_max(value, step) AS v FROM d WHERE step >= ? GROUP BY key_id),
+            base AS (SELECT d.key_id, median(d.value) AS med, mad(d.value) AS dev, count(*) AS n
+                     FROM d JOIN cur USING (key_id) WHERE d.step < cur.s GROUP BY d.key_id)
+            SELECT k.key, cur.s, cur.v, base.med, base.n,
+                   0.6745 * (cur.v - base.med) / greatest(base.dev, abs(base.med) * 1e-6, 1e-12) AS z
+            FROM cur JOIN base USING (key_id) JOIN metric_keys k USING (key_id)
+            WHERE base.n >= ?
+            ORDER BY abs(z) DESC, k.key
+        """, [step - recent, min_points]).fetchall()
 
 
 # --- the chart grid's reads -----------------------------------------------------------------
@@ -123,28 +162,26 @@ _ENVELOPE_COLUMNS = ("step_lo", "step_hi", "vmin", "vmax", "first", "last", "mea
 
 def envelopes(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], keys: Sequence[str], lo: int, hi: int,
               buckets: int) -> dict[str, M.Envelope]:
-    """`metrics.downsample_many`'s envelopes (same buckets, same fields) in about a third of the time.
-
-    Non-finite values become NULL once in the inner select instead of a FILTER per aggregate:
-    at 390k steps × 8 keys that is ~170–230 ms instead of ~560 ms (bench/bench_watch.py).
-    Each bucket's `last` value sits at its `step_hi`, which is what lets the cursor readout
-    name the exact logged value at a bucket's end without another query.
+    """`metrics.downsample_many`'s envelopes (same buckets, same fields, parts and long rows alike)
+    with non-finite values made NULL once in the inner select instead of a FILTER per aggregate
+    (a third of the time at 390k steps × 8 keys, bench/bench_watch.py). Each bucket's `last`
+    value sits at its `step_hi`: the cursor readout names the exact value logged at a bucket's
+    end without another query.
     """
     ids = M.key_ids(con, keys)
     if not ids or not segments or hi <= lo:
         return {}
     width = max(1.0, (hi - lo) / max(1, int(buckets)))
-    where, params = M.segment_filter(segments)
-    res = con.execute(f"""
-        SELECT key_id, min(step) AS step_lo, max(step) AS step_hi, min(fv) AS vmin, max(fv) AS vmax,
-               arg_min(value, step) AS first, arg_max(value, step) AS last, avg(fv) AS mean,
-               count(*) AS count, count(*) - count(fv) AS nonfinite,
-               arg_max(step, fv) AS step_of_max, arg_min(step, fv) AS step_of_min
-        FROM (SELECT key_id, step, value, CASE WHEN isfinite(value) THEN value END AS fv,
-                     CAST(floor((step - ?) / ?) AS BIGINT) AS b
-              FROM metrics WHERE key_id IN ({_marks(ids)}) AND step >= ? AND step < ? AND {where})
-        GROUP BY key_id, b ORDER BY key_id, b
-    """, [lo, width, *ids.values(), lo, hi, *params]).fetchnumpy()
+    with scan.relation(con, segments, list(ids), lo, hi) as rel:
+        res = con.execute(f"""
+            SELECT key_id, min(step) AS step_lo, max(step) AS step_hi, min(fv) AS vmin, max(fv) AS vmax,
+                   arg_min(value, step) AS first, arg_max(value, step) AS last, avg(fv) AS mean,
+                   count(*) AS count, count(*) - count(fv) AS nonfinite,
+                   arg_max(step, fv) AS step_of_max, arg_min(step, fv) AS step_of_min
+            FROM (SELECT key_id, step, value, CASE WHEN isfinite(value) THEN value END AS fv,
+                         CAST(floor((step - ?) / ?) AS BIGINT) AS b FROM {rel})
+            GROUP BY key_id, b ORDER BY key_id, b
+        """, [lo, width]).fetchnumpy()
     kid = np.asarray(res["key_id"])
     out: dict[str, M.Envelope] = {}
     for key, k in ids.items():
@@ -171,28 +208,31 @@ def values_at_or_before(con: duckdb.DuckDBPyConnection, segments: Sequence[Segme
     every 10 steps — at the step before it that logged the key (the caller names that step).
     Non-finite values are returned as they are.
     """
-    return _last(con, segments, keys, since, step, finite=False)
+    ids = M.key_ids(con, keys)
+    if not ids or not segments:
+        return {}
+    names = {v: k for k, v in ids.items()}
+    with scan.relation(con, segments, list(ids), since, step + 1) as rel:
+        rows = con.execute(f"SELECT key_id, max(step), arg_max(value, step) FROM {rel} GROUP BY key_id").fetchall()
+    return {names[k]: (int(s), float(v) if v is not None else float("nan")) for k, s, v in rows if s is not None}
 
 
 def keys_of(con: duckdb.DuckDBPyConnection, run_pks: Sequence[int]) -> list[str]:
-    """Every key these runs logged, sorted (`metrics.run_keys` without joining names to 80M rows first)."""
-    if not run_pks:
-        return []
-    rows = con.execute(
-        f"SELECT key FROM metric_keys WHERE key_id IN (SELECT DISTINCT key_id FROM metrics WHERE run_pk IN"
-        f" ({_marks(run_pks)})) ORDER BY key", list(run_pks)).fetchall()
-    return [r[0] for r in rows]
+    """Every key these runs logged, sorted (parts' key lists and long rows)."""
+    return scan.run_keys(con, run_pks)
 
 
 def data_version(con: duckdb.DuckDBPyConnection) -> tuple:
-    """A cheap fingerprint of what a view shows: it changes when history, runs, liveness, keys,
-    events or anomalies change (a few small-table aggregates, ~1 ms), so an idle view re-reads nothing."""
+    """A cheap fingerprint of what a view shows: it changes when history (parts or long rows), runs,
+    liveness, keys, events or anomalies change (small-table aggregates, ~1 ms), so an idle view
+    re-reads nothing."""
     return tuple(con.execute("""
         SELECT (SELECT count(*) FROM runs), (SELECT sum(coalesce(last_step, -1)) FROM runs),
                (SELECT max(synced_at) FROM runs), (SELECT max(heartbeat_at) FROM runs),
                (SELECT string_agg(coalesce(state, ''), ',' ORDER BY run_pk) FROM runs),
                (SELECT count(*) FROM metric_keys), (SELECT count(*) FROM events),
-               (SELECT count(*) FROM anomalies), (SELECT max(detected_at) FROM anomalies)
+               (SELECT count(*) FROM anomalies), (SELECT max(detected_at) FROM anomalies),
+               (SELECT count(*) FROM history_parts), (SELECT max(part_id) FROM history_parts)
     """).fetchall()[0])
 
 

@@ -76,6 +76,14 @@ def save_file_position(con: Connection, path: str, pos: Position) -> None:
     _put(con, "wandb_file", path, pos.position, pos.token, pos.extra)
 
 
+def last_step_in_other_files(con: Connection, run_uid: str, path: str) -> int | None:
+    """The last history step other `.wandb` files of a run wrote (a resumed run has several)."""
+    return first(con.execute(
+        "SELECT max(CAST(json_extract(extra, '$.last_step') AS BIGINT)) FROM sync_state"
+        " WHERE scope = 'wandb_file' AND name <> ? AND json_extract_string(extra, '$.run_uid') = ?",
+        [path, run_uid]))[0]
+
+
 # --- GitHub ETags ---------------------------------------------------------------------------
 
 def etag(con: Connection, url: str) -> tuple[str | None, dict[str, Any]]:
@@ -110,6 +118,16 @@ def detection(con: Connection, uid: str) -> tuple[int | None, dict[str, Any]]:
 
 def save_detection(con: Connection, uid: str, last_step: int, memory: dict[str, Any]) -> None:
     _put(con, "detect", uid, last_step, None, memory)
+
+
+def rewind_detection(con: Connection, uid: str, step: int) -> None:
+    """History from `step` on was rewritten (and its rewind recorded): detection resumes just
+    before it, with the fingerprints of what still stands, so it does not infer the rewind again."""
+    position, memory = detection(con, uid)
+    if position is None or position < step:
+        return
+    fingerprints = [f for f in memory.get("fingerprints") or [] if f[0] < step]
+    save_detection(con, uid, step - 1, {**memory, "fingerprints": fingerprints})
 
 
 def forget_detection(con: Connection, uid: str) -> None:

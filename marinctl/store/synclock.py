@@ -2,8 +2,10 @@
 
 DuckDB already serialises writers per file, but a `marinctl sync hero` started while
 `watch` follows the hero would interleave two syncs of one run. Each syncing process
-holds an fcntl lock on `<db>.locks/<hash(target)>.lock` (released by the OS even on
-SIGKILL); a second one is told who holds it instead of waiting.
+holds an fcntl lock on `<db>.locks/<hash(key)>.lock` (released by the OS even on SIGKILL);
+a second one is told who holds it instead of waiting. Keys name what is synced, resolved
+(`sync.targets.lock_key`: a W&B run as ENTITY/PROJECT/RUN_ID however it was typed, a local
+file by its real path), so one run cannot be synced twice at once under two names.
 """
 
 from __future__ import annotations

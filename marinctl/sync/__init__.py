@@ -14,13 +14,14 @@ sources when it runs.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marinctl.domain import Progress, Warn
-from marinctl.store import Store
-from marinctl.sync.targets import Plan, parse_target, plan_watch
+if TYPE_CHECKING:   # only a type here: parsing targets stays light (no duckdb import)
+    from marinctl.store import Store
+from marinctl.sync.targets import Plan, lock_key, parse_target, plan_watch, resolve_targets
 
-__all__ = ["sync_targets", "parse_target", "plan_watch", "Plan"]
+__all__ = ["sync_targets", "parse_target", "resolve_targets", "lock_key", "plan_watch", "Plan"]
 
 
 def sync_targets(store: Store, targets: list[str], *, progress: Progress | None = None, warn: Warn | None = None,
@@ -35,7 +36,7 @@ def sync_targets(store: Store, targets: list[str], *, progress: Progress | None 
     started = time.perf_counter()
     from marinctl.sync import derive, github, local, wandb
 
-    plans = [plan for raw in (targets or ["marin"]) for plan in parse_target(raw)]
+    plans = resolve_targets(store, targets or ["marin"])
     report: dict[str, Any] = {"runs": [], "events_added": 0, "timing": {"total_s": 0.0, "wandb_http_s": 0.0}}
 
     def note(message: str) -> None:

@@ -4,7 +4,9 @@ Resumable and cheap to repeat: every page is fetched with the ETag stored for it
 (store/state.py), and a page's events and its new ETag land in one transaction. An
 unchanged page costs a 304 with no body; a sync stopped by a rate limit restarts from page
 1, gets 304s for what it already has, and continues where it stopped — no gaps, and stable
-event ids make every write an upsert, never a duplicate.
+event ids make every write an upsert, never a duplicate. Each comments page keeps the ids it
+listed with its ETag, so a complete listing knows every comment GitHub still has: the ones
+deleted upstream are removed from the timeline.
 """
 
 from __future__ import annotations
@@ -63,19 +65,28 @@ class _Job:
         self.changed = 0
         self.pages = 0
 
-    def fetch(self, url: str, decode: Callable[[Any], Iterable[Event] | gh.FilePage], *, paginated: bool) -> None:
-        """GET `url` (and its next pages) conditionally; a 200's events land with its ETag."""
+    def fetch(self, url: str, decode: Callable[[Any], Iterable[Event] | gh.FilePage], *, paginated: bool,
+              listed: list[str] | None = None) -> None:
+        """GET `url` (and its next pages) conditionally; a 200's events land with its ETag.
+
+        `listed` gathers the event ids every page holds now (a 304 page: the ids stored with
+        its ETag; a page stored without them is asked for again in full).
+        """
         current: str | None = url
         seen: set[str] = set()
         while current and current not in seen:
             seen.add(current)
             with self.store.connect() as con:
                 etag, extra = state.etag(con, current)
+            if listed is not None and "ids" not in extra:
+                etag = None
             page = self.client.get(current, etag=etag)
             self.pages += 1
             if self.progress:
                 self.progress(f"github {self.repo}", self.pages, self.pages)
             if page.status == 304:
+                if listed is not None:
+                    listed += extra.get("ids") or []
                 nxt = extra.get("next")
                 if paginated and not nxt and (extra.get("count") or 0) >= (extra.get("per_page") or PER_PAGE):
                     nxt = with_page(current, page_number(current) + 1)  # a full last page: the list may have grown
@@ -86,9 +97,14 @@ class _Job:
                 if isinstance(found, gh.FilePage):
                     repo_files.save(con, self.repo, found.path, found.sha, found.text, found.url)
                     found = found.events
+                found = list(found)
                 self.changed += sum(events.upsert(con, ev) for ev in found)
                 count = len(page.data) if isinstance(page.data, list) else None
-                state.save_etag(con, current, page.etag, {"next": page.next_url, "count": count, "per_page": PER_PAGE})
+                facts = {"next": page.next_url, "count": count, "per_page": PER_PAGE}
+                if listed is not None:
+                    facts["ids"] = [ev.event_id for ev in found]
+                    listed += facts["ids"]
+                state.save_etag(con, current, page.etag, facts)
             current = page.next_url if paginated else None
 
     def issue(self, number: int) -> None:
@@ -97,8 +113,13 @@ class _Job:
         self.comments(number)
 
     def comments(self, number: int) -> None:
+        """An issue's comments; once every page was read, comments deleted on GitHub leave the store."""
+        listed: list[str] = []
         self.fetch(gh.comments_url(self.client, self.repo, number),
-                   lambda data: [gh.comment_event(self.repo, number, c) for c in data or []], paginated=True)
+                   lambda data: [gh.comment_event(self.repo, number, c) for c in data or []], paginated=True,
+                   listed=listed)
+        with self.store.transaction() as con:
+            self.changed += events.remove_comments_except(con, gh.comment_prefix(self.repo, number), listed)
 
     def label(self, label: str) -> None:
         numbers: list[int] = []

@@ -19,12 +19,12 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from marinctl.domain import Progress, Warn
+from marinctl.domain import Event, Progress, RunInfo, Warn
 from marinctl.errors import UserError
 from marinctl.sources import wandb_file as wf
 from marinctl.sources import wandb_local as files
@@ -37,9 +37,10 @@ CRASH_AFTER = 600.0
 
 
 def state_for(exit_code: int | None, mtime: float, now: float) -> str:
-    """A local run's state from its exit record, else from how long ago its file was written."""
+    """A local run's state from its exit record, else from how long ago its file was written.
+    Exit code 255 is an interrupted run (the SDK's code for Ctrl-C / SIGTERM): 'killed', as W&B shows it."""
     if exit_code is not None:
-        return "finished" if exit_code == 0 else "failed"
+        return "finished" if exit_code == 0 else "killed" if exit_code == 255 else "failed"
     age = now - mtime
     if age >= CRASH_AFTER:
         return "crashed"
@@ -191,16 +192,21 @@ class FileSync:
             state.save_file_position(con, self.name, pos)
 
     def _apply(self, pos: Position, sc: wf.Scan, st: os.stat_result, now: float) -> int:
-        """Decode one window and write it with the new position in ONE transaction."""
+        """Decode one window and write it with the new position in ONE transaction.
+
+        The run's config and summary continue from what the store holds for it (another file
+        of a resumed run included: W&B merges them). A file whose `_step` restarts at or below
+        what the run's other files stored becomes a segment of its own (`resumed_segment`).
+        """
         extra = pos.extra
-        uid = extra.get("run_uid")
-        if self._docs is not None and self._docs[0] == uid:
+        base = extra.get("base_uid") or extra.get("run_uid") or records.run_uid(sc.records, self.path)
+        if self._docs is not None and self._docs[0] == base:
             config, summary = self._docs[1], self._docs[2]
         else:
             docs = None
-            if uid:
+            if base:
                 with self.store.connect() as con:
-                    docs = runs.documents(con, uid)
+                    docs = runs.documents(con, base)
             config, summary = docs if docs else ({}, {})
         win = records.decode_window(sc.records, extra.get("meta", {}), config, summary)
         if win.exit_code is not None:
@@ -211,16 +217,22 @@ class FileSync:
             return 0   # no run record yet: nothing can be attributed; the position stays put
         run_info = records.run_info(win.meta, win.config, win.summary, self.path,
                                     state_for(extra.get("exit_code"), st.st_mtime, now), st.st_mtime)
-        extra["run_id"], extra["run_uid"] = run_info.run_id, run_info.uid
         self._docs = (run_info.uid, win.config, win.summary)   # what the runs row holds after this commit
-        lines = []
-        if win.console:
-            lines, extra["pending"], extra["lines"] = records.console_events(
-                run_info.uid, win.console, extra.get("pending"), extra.get("lines", 0), extra.get("last_step"))
-
         cols, added = win.history, 0
         with self.store.transaction() as con:
-            run_pk = runs.upsert_run(con, run_info)
+            if cols is not None and cols.row_steps and not extra.get("steps_checked"):
+                extra["steps_checked"] = True
+                self._resumed_segment(con, extra, run_info, cols)
+            own = run_info
+            if extra.get("base_uid"):
+                own = replace(run_info, run_id=extra["run_id"], name=f"{run_info.name}{extra['run_id'][len(run_info.run_id):]}")
+                runs.set_documents(con, run_info.uid, run_info.config, run_info.summary)
+            extra["run_id"], extra["run_uid"] = own.run_id, own.uid
+            lines = []
+            if win.console:
+                lines, extra["pending"], extra["lines"] = records.console_events(
+                    own.uid, win.console, extra.get("pending"), extra.get("lines", 0), extra.get("last_step"))
+            run_pk = runs.upsert_run(con, own)
             if cols is not None and cols.num_rows:
                 added = _write_history(con, run_pk, cols)
                 lo, hi = int(cols.steps.min()), int(cols.steps.max())
@@ -229,10 +241,49 @@ class FileSync:
                 extra["last_step"] = hi if last is None else max(last, hi)
                 runs.raise_last_step(con, run_pk, hi)
             if lines:
-                events.write_console(con, run_info.uid, lines)
+                events.write_console(con, own.uid, lines)
             pos.position = sc.end
             state.save_file_position(con, self.name, pos)
         return added
+
+    def _resumed_segment(self, con, extra: dict, run: RunInfo, cols: wf.HistoryColumns) -> None:
+        """Decide, at this file's first history row, whether it continues `run` or restarts its steps.
+
+        A resumed offline run that logs without explicit steps starts `_step` at 0 again; W&B
+        would silently replace (or drop) the rows it already has at those steps. We keep both:
+        this file's rows go to the run `RUN~N` (its config and summary stay the run's), the
+        user is warned, and an `infrastructure` event marks where the segment starts. A copy of
+        a file already read (the same `_timestamp` at its first step) is the same rows, merged.
+        """
+        first = min(cols.row_steps)
+        before = state.last_step_in_other_files(con, run.uid, self.name)
+        if before is None or first > before or not self._rows_differ(con, run.uid, cols, first):
+            return
+        seg = runs.segment_id(con, run, str(self.path))
+        extra["base_uid"], extra["run_id"] = run.uid, seg
+        message = (f"run {run.run_id} was resumed with _step restarting at {first} (its other files already"
+                   f" stored steps up to {before}); this file's rows are kept as run {seg}")
+        self.warn("resumed", message)
+        started = run.created_at or datetime.fromtimestamp(os.stat(self.path).st_mtime, timezone.utc)
+        events.put_run_note(con, Event(f"resume:{run.uid}:{seg}", "local", "infrastructure", time=started,
+                                 title=f"resumed: {run.run_id} restarted _step at {first}; rows kept as {seg}",
+                                 body=message, run_uid=f"{run.source}:{seg}", step=first,
+                                 fields={"run": run.run_id, "segment": seg, "restarted_at": first,
+                                         "stored_up_to": before, "file": str(self.path)}))
+
+
+    @staticmethod
+    def _rows_differ(con, uid: str, cols: wf.HistoryColumns, first: int) -> bool:
+        """Does the run hold another row at this file's first step (another `_timestamp`)? A copy
+        of a file already read has the same one; a file without timestamps cannot be told apart."""
+        import numpy as np
+
+        at = np.flatnonzero((cols.steps == first) & (cols.keys.to_numpy(zero_copy_only=False) == "_timestamp"))
+        run_pk = runs.pk_of(con, uid)
+        if not len(at) or run_pk is None:
+            return False
+        stored = metrics.series(con, [(run_pk, first, first + 1)], "_timestamp")[1]
+        return len(stored) == 1 and abs(float(stored[0]) - float(cols.values[at[-1]])) > 1e-6
 
 
 def _write_history(con, run_pk: int, cols: wf.HistoryColumns) -> int:

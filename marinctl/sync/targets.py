@@ -3,7 +3,8 @@
 Forms (cli-contract.md): `marin`, a W&B URL in wandb.ai or forge form,
 `ENTITY/PROJECT[/RUN_ID]`, a local `wandb/` dir, run dir or `.wandb` file,
 `github:OWNER/REPO#N`, `github:OWNER/REPO?label=NAME`, `github:OWNER/REPO/path`.
-Unknown shapes are a UserError (exit 2). `plan_watch` answers `watch [TARGET]`: which
+Unknown shapes are a UserError (exit 2), unless they name a stored run (`resolve_targets`).
+`lock_key` says what a plan's sync locks; `plan_watch` answers `watch [TARGET]`: which
 stored run to show and what to keep syncing.
 """
 
@@ -12,11 +13,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from marinctl.errors import UserError
-from marinctl.store import Store
+if TYPE_CHECKING:   # only a type here: parsing targets stays light (no duckdb import)
+    from marinctl.store import Store
 
 MARIN_ENTITY = "marin-community"
 MARIN_PROJECT = "marin_moe"
@@ -84,6 +86,50 @@ def parse_target(raw: str) -> list[Plan]:
         f"unknown sync target {raw!r}",
         "use `marin`, ENTITY/PROJECT[/RUN_ID], a W&B URL, a wandb/ dir or .wandb file, or github:OWNER/REPO#N",
     )
+
+
+def resolve_targets(store: Store, targets: list[str]) -> list[Plan]:
+    """Every TARGET as plans; one that is no TARGET form but names a stored run (its bare id)
+    syncs that run again from where it came (W&B, or its `.wandb` file)."""
+    plans = []
+    for raw in targets:
+        try:
+            plans += parse_target(raw)
+        except UserError:
+            found = _stored_plan(store, raw)
+            if found is None:
+                raise
+            plans.append(found)
+    return plans
+
+
+def _stored_plan(store: Store, raw: str) -> Plan | None:
+    from marinctl.store import runs as runs_mod
+
+    if not store.path.exists():
+        return None
+    with store.connect() as con:
+        try:
+            run = runs_mod.resolve_run(con, raw.strip())
+        except UserError:
+            return None
+    if run["source"] == "wandb":
+        return Plan("wandb", raw, run["entity"], run["project"], run["run_id"])
+    if run.get("path") and Path(run["path"]).exists():
+        return Plan("local", raw, path=Path(run["path"]))
+    return None
+
+
+def lock_key(plan: Plan) -> str:
+    """What a sync of `plan` locks (store/synclock.py): the resolved run, project, file or spec,
+    so one run named three ways (E/P/R, its URL, its bare id) is one lock."""
+    if plan.kind == "wandb":
+        if plan.run_id:
+            return f"{plan.entity}/{plan.project}/{plan.run_id}"
+        return plan.raw if plan.filters else f"{plan.entity}/{plan.project}"
+    if plan.kind == "local" and plan.path is not None:
+        return str(plan.path.expanduser().resolve())
+    return plan.raw
 
 
 def plan_watch(store: Store, raw: str | None) -> tuple[str | None, list[str]]:

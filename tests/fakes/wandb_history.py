@@ -34,14 +34,15 @@ def _json_value(v: float) -> float | str:
 class HistoryView:
     """Served history of runs by id; `inherit` serves fork parents' rows as W&B does.
 
-    `fork_from_first_logged`: a fork child's own rows are served from its first logged step
-    when that is at or before `fork_step` (a child that logs the fork step itself, as in W&B's
-    forking guide), and its parent's rows only below it. Off by default: the child's own
-    rows then start at `fork_step + 1`, whatever it logged at or below the fork step.
+    `fork_from_first_logged` (the default, as W&B serves forks): a fork child's own rows are
+    served from its first logged step when that is at or before `fork_step` (a child that logs
+    the fork step itself, as in W&B's forking guide), and its parent's rows only below it.
+    Turned off, the child's own rows start at `fork_step + 1` whatever it logged at or below
+    the fork step (how marinctl once assumed forks read).
     """
 
     def __init__(self, runs: dict[str, SynthRun], *, inherit: bool = True, cache_windows: int = 256,
-                 fork_from_first_logged: bool = False):
+                 fork_from_first_logged: bool = True):
         self.runs = runs
         self.inherit = inherit
         self.fork_from_first_logged = fork_from_first_logged

@@ -42,10 +42,11 @@ Conventions: times are ISO 8601 UTC with `Z`; `config` is a JSONString of
 JSONStrings; `historyKeys` is a JSON object; run cursors are base64("arrayconnection:N")
 offsets; a fork child's history includes its parent's rows <= fork_step.
 
-Options that change what is served (all off by default, so existing tests see today's server):
-- `fork_from_first_logged=True`: a fork child that logged the fork step itself (or earlier) is
-  served its own rows from its first logged step and its parent's only below it (W&B's
-  forking guide forks at `_step=200` and then logs 200, 201, ...).
+Options that change what is served:
+- `fork_from_first_logged` (on by default, as W&B serves forks): a fork child that logged the
+  fork step itself (or earlier) is served its own rows from its first logged step and its
+  parent's only below it (W&B's forking guide forks at `_step=200` and then logs 200, 201,
+  ...). Off, the child's own rows start at `fork_step + 1` whatever it logged there.
 - `on_request=fn`: `fn(op, n)` is called as request number `n` (from 0) of operation `op`
   arrives, before it is answered; `op` is a GraphQL operation name or "GET /files". Tests use
   it to act at a precise point of a client's sync (e.g. SIGKILL the client).
@@ -229,7 +230,7 @@ class WandbServer:
     def __init__(self, runs: list[SynthRun], *, faults: Faults | None = None,
                  exported_until: dict[str, int] | None = None, inherit_forks: bool = True,
                  parquet_steps_per_file: int = 50_000, port: int = 0, verbose: bool = True,
-                 fork_from_first_logged: bool = False, on_request=None):
+                 fork_from_first_logged: bool = True, on_request=None):
         self.runs: dict[str, SynthRun] = {r.run_id: r for r in runs}
         self.faults = faults or Faults()
         self.exported_until = dict(exported_until or {})

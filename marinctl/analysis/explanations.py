@@ -1,0 +1,211 @@
+"""The words of a finding: a paragraph a student of a from-scratch LLM course can follow, and a
+one-line headline for the summary that names every cause at a step.
+
+Each paragraph says what was seen (the numbers in the evidence), which cause class that
+signature points to and why — citing the run logbooks and papers the detectors' thresholds
+come from (shared/research/peers.md §B) — and what people usually do about it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marinctl import numbers as N
+from marinctl.analysis import roles as roles_mod
+
+ROLE_NOTES = {
+    roles_mod.HEURISTIC: "set without gradients by the load-balancing rule (QB replaces it each step, so its norm can jump in one step)",
+    roles_mod.MUONH: "trained by MuonH: its Frobenius norm is held constant (hyperball), so any drift is abnormal",
+    roles_mod.ADAMH: "trained by AdamH: its Frobenius norm is held constant (hyperball), so any drift is abnormal",
+    roles_mod.ADAM: "trained by Adam: its norm may drift slowly, but should not jump",
+    roles_mod.BUFFER: "a buffer, not a trained parameter",
+}
+ROUTER_WHAT = {"routing_entropy_drop": "routing entropy dropped (tokens crowd onto fewer experts)",
+               "drop_fraction_rise": "the fraction of dropped expert assignments rose",
+               "overflow_rise": "expert capacity overflow rose",
+               "router_zloss_jump": "router z-loss jumped (router logits grew)"}
+
+
+def _v(x: Any) -> str:
+    return N.measured(x)
+
+
+def _times(value: Any, base: Any) -> str:
+    """'×15.2' for a value against its baseline, or '' when either is missing."""
+    if isinstance(value, (int, float)) and isinstance(base, (int, float)) and base:
+        return f"×{N.sig(value / base, 3)}"
+    return ""
+
+
+def _span(d: dict[str, Any]) -> str:
+    steps = d.get("event_steps") or []
+    if len(steps) > 1:
+        return f" The event spans logged steps {', '.join(N.count(s) for s in steps)}."
+    return ""
+
+
+def rise(x: Any) -> str:
+    """A relative change: '+12.9%', or '×32.2' once it has more than doubled."""
+    if isinstance(x, (int, float)) and x > 1:
+        return f"×{N.sig(1 + x, 3)}"
+    return N.percent(x, 1, signed=True)
+
+
+def _signals(d: dict[str, Any]) -> str:
+    parts = []
+    for s in d.get("signals", []):
+        label = {"lm_head": "lm_head norm", "z_loss": f"z-loss ({s['key']})", "max_logit": s["key"]}.get(s["signal"], s["key"])
+        parts.append(f"{label} {rise(s['rise'])} (Mann–Kendall p = {N.sig(s['p'], 2)})")
+    return "; ".join(parts)
+
+
+def explanation(a: dict[str, Any], recipe: roles_mod.RecipeRoles) -> str:
+    """The paragraph for one finding (a stored or freshly found detection as a dict)."""
+    d, kind, step = a["details"], a["kind"], a["step"]
+    if kind == "param_norm_jump":
+        return _norm_jump(a, recipe)
+    if kind == "co_spike" and d.get("precursor_steps"):
+        stayed = (" The loss did not come back down afterwards: the update damaged the model, not just one step."
+                  if d.get("loss_stayed_up") else "")
+        return (f"The gradient norm spiked at step {N.count(d.get('grad_step'))} ({_v(d.get('grad_value'))} vs a typical "
+                f"{_v(d.get('grad_baseline'))}), and {N.count(d.get('precursor_rows', 1))} logged step(s) later the loss "
+                f"spiked ({_v(d.get('value'))} vs {_v(d.get('baseline'))}). A big gradient makes a big update; the next batch "
+                "then sees a damaged model. That order — gradient first, loss after — is the optimizer/learning-rate signature "
+                "seen in BLOOM's 104B run and OLMo 2 (the usual fixes are a lower LR, smaller Adam ε/β2, or skipping the step)."
+                + _span(d) + stayed)
+    if kind == "co_spike":
+        return (f"Loss and gradient norm spiked together at step {N.count(step)} with nothing unusual the step before. The "
+                "gradient and loss of a step are computed on the same batch, so a batch unlike the rest raises both "
+                "at once; PaLM found such spikes came from particular batches meeting a particular model state." + _span(d))
+    if kind == "spike":
+        return (f"The loss at step {N.count(step)} was {_v(d.get('value'))}, against a typical {_v(d.get('baseline'))} over "
+                f"the previous {d.get('window')} logged steps (robust z {N.sig(d.get('z'), 3)}), and the gradient norm gave no "
+                "warning before it. A loss spike without a gradient precursor usually means an unusual batch of data "
+                "(PaLM, OLMo 2: e.g. long repeated n-grams), not an optimizer problem. If the loss comes straight back, "
+                "training is healthy." + _span(d))
+    if kind == "grad_spike":
+        return (f"The gradient norm spiked at step {N.count(step)} ({_v(d.get('value'))} vs {_v(d.get('baseline'))}) without a "
+                "loss spike after it. Gradient spikes often come before loss spikes (OLMo 2); one that passes quietly "
+                "is worth watching, not yet a problem.")
+    if kind == "level_shift":
+        return (f"{a['metric']} moved to a new level at step {N.count(d.get('start', step))} ({_times(d.get('value'), d.get('baseline'))} "
+                "its recent median) and stayed there over the next logged steps: a level shift, not a spike. Nothing in the "
+                "run's own schedule explains it (a data-mix switch, the end of warm-up or the start of decay would), so "
+                "look at the events around it — a config or data change is the usual reason.")
+    if kind == "logit_growth":
+        absorbed = d.get("absorbed") or []
+        also = (f" {len(absorbed)} other detection(s) inside the window ("
+                + ", ".join(f"{x['kind'].replace('_', ' ')} at {N.count(x['step'])}" for x in absorbed[:4])
+                + ") are this same growth, not separate optimizer problems.") if absorbed else ""
+        return (f"From step {N.count(d.get('start'))} to {N.count(d.get('end'))} the loss rose "
+                f"{N.percent(d.get('loss_rise'), 1)} instead of falling (Mann–Kendall p = {N.sig(d.get('loss_p'), 2)}), while "
+                f"the output side grew with it: {_signals(d)}. That is output-logit growth: the scale of the logits (log Z) "
+                "creeps up step after step until the loss diverges (Wortsman et al. 2023; PaLM's z-loss exists to hold log Z "
+                "down). No single step is a spike, which is why spike tests miss it. Usual fixes: a larger z-loss weight, "
+                "a lower LR, QK-norm for attention logits." + also)
+    if kind == "sustained_rise":
+        return (f"From step {N.count(d.get('start'))} the loss stayed more than {N.percent(d.get('threshold_ratio', 1.5) - 1, 0)} "
+                f"above its trend for {N.count(d.get('steps'))} steps (up to {_v(d.get('max_ratio'))}× trend) — Marin's own "
+                "alert for a run that may be diverging rather than spiking and recovering.")
+    if kind == "nonfinite":
+        return (f"{a['metric']} became {d.get('value')} at step {N.count(d.get('first_step'))} ({d.get('count')} non-finite "
+                "values in this window). NaN/Inf means a numerical overflow somewhere; Marin's trainer stops on a non-finite loss.")
+    if kind == "overflow":
+        return (f"{a['metric']} at step {N.count(step)}: {d.get('what')} ({_v(d.get('previous_value'))} → {_v(d.get('value'))}). "
+                "Mixed-precision training skips the steps whose gradients overflow and halves its loss scale; a scale "
+                "collapsing toward its floor came before NaNs in OPT-175B's logbook.")
+    if kind == "fork":
+        return (f"Run {d.get('run')} was forked from {d.get('fork_parent')} at step {N.count(d.get('fork_step'))}: from here on "
+                "a new W&B run continues training, usually with a changed setting (Marin names the change in the run id). "
+                "Differences right after this point come from that change or from the restart, not from the data.")
+    if kind == "rewind":
+        return (f"The history from step {N.count(d.get('rewound_from'))} was rewritten after marinctl first saw it: the run was "
+                "rolled back (W&B rewind) and those steps were trained again — what you see now is the second attempt.")
+    if kind == "step_gap":
+        every = d.get("logging_interval") or 1
+        logs = f" (the run logs every {N.count(every)} steps)" if every > 1 else ""
+        return (f"{N.count(d.get('missing_steps'))} steps are missing before step {N.count(step)} (after "
+                f"{N.count(d.get('previous_step'))}){logs}: the run restarted from a checkpoint past them, or logging dropped "
+                "them. A change measured across the gap spans all those steps, so it is judged per step, not as one jump.")
+    if kind == "resume":
+        return (f"{N.sig((d.get('wall_gap_s') or 0) / 60, 3)} minutes of wall time passed between steps "
+                f"{N.count(d.get('previous_step'))} and {N.count(step)} (a logged step usually takes "
+                f"{N.sig(d.get('median_step_s'), 3)} s): the job stopped and resumed. Restarts can shift metrics slightly "
+                "(data loader position, compiled kernels).")
+    if kind == "throughput_collapse":
+        return (f"From step {N.count(d.get('start'))} throughput ran at {N.percent(d.get('ratio', 0), 0)} of its recent "
+                f"baseline for {N.count(d.get('steps'))} logged steps (Marin alerts at a sustained 20–30% drop). That is an "
+                "infrastructure problem — a slow node, network or storage — not a modelling one.")
+    if kind == "hyperball_drift":
+        return (f"{roles_mod.leaf_path(a['metric'])} is trained by {str(d.get('role')).upper()}, which puts each matrix back on "
+                f"a sphere of fixed Frobenius norm after every step, so its norm should never move. At step {N.count(step)} it "
+                f"is {N.percent(d.get('relative_drift', 0))} away from its starting value ({d.get('leaves_drifting')} matrix(es) "
+                "crossed 1% here): the projection is not holding — a config change or a numerics problem.")
+    if kind in ROUTER_WHAT:
+        return (f"At step {N.count(step)} the {ROUTER_WHAT[kind]}: {_v(d.get('value'))} vs a typical {_v(d.get('baseline'))}. "
+                "After warm-up Marin treats sudden router-metric changes as instability signals (router collapse).")
+    return f"{a['metric']} looks unusual at step {N.count(step)}."
+
+
+def _norm_jump(a: dict[str, Any], recipe: roles_mod.RecipeRoles) -> str:
+    d, step = a["details"], a["step"]
+    mods = d.get("by_module") or []
+    top = mods[0] if mods else None
+    label = roles_mod.MODULE_LABELS.get(top["module"], top["module"]) if top else "no module"
+    share = N.percent(top["share"], 0) if top else "?"
+    spanned = d.get("steps_spanned") or 0
+    gap = (f" This change spans {N.count(spanned)} steps (a gap in the log); divided over them it is still far above the "
+           "usual per-step change, so the gap alone does not explain it." if d.get("spans_gap") else "")
+    if a["cause_class"] == "heuristic_parameter":
+        rule = ("Marin's Quantile Balancing (QB) replaces the bias every step with a value solved from a quantile "
+                "of the previous step's router logits, so its norm can jump in a single step"
+                if recipe.bias_rule == "qb" else "the load-balancing rule sets it without gradients")
+        return (f"The total parameter norm jumped at step {N.count(step)}, and {share} of the change in ‖θ‖² comes from the "
+                f"router bias. The router bias is not trained by gradients: {rule}. It only shifts which experts "
+                "each token is sent to; it does not change what any expert computes. This is expected balancing "
+                "dynamics, not instability" + (
+                    "; loss and gradient norm stayed calm around it." if d.get("loss_calm") else
+                    " — but loss or gradient norm also moved nearby: see the other findings.") + gap)
+    if a["cause_class"] == "moe_routing":
+        return (f"The total parameter norm jumped at step {N.count(step)}, driven by the router bias ({share}), and the bias "
+                "moved further than its sign-rule update (±γ per expert per step, at most γ·√E in norm) allows. "
+                "That points to a different update rule or a bug in load balancing." + gap)
+    return (f"The total parameter norm jumped at step {N.count(step)}; {share} of the change in ‖θ‖² is in {label}. "
+            "Matrices trained by MuonH/AdamH should keep their norm, so a jump there means the optimizer "
+            "did something unusual; Adam-trained parameters (embeddings, router, gates) can grow, but not suddenly." + gap)
+
+
+def headline(f: dict[str, Any]) -> str:
+    """One line naming what happened and its cause class, for the summary of a step."""
+    d, kind, step, cause = f["evidence"], f["kind"], f["step"], f["cause_class"]
+    at = f"at step {N.count(step)}"
+    if kind == "co_spike" and d.get("precursor_steps"):
+        text = (f"an optimizer co-spike (grad norm {_times(d.get('grad_value'), d.get('grad_baseline'))} at step "
+                f"{N.count(d.get('grad_step'))}, loss {_times(d.get('value'), d.get('baseline'))} at step {N.count(step)})")
+    elif kind == "co_spike":
+        text = f"a loss and grad-norm spike on one batch {at}"
+    elif kind == "spike":
+        text = f"a loss spike {_times(d.get('value'), d.get('baseline'))} {at} with no gradient warning"
+    elif kind == "grad_spike":
+        text = f"a grad-norm spike {_times(d.get('value'), d.get('baseline'))} {at}"
+    elif kind == "param_norm_jump" and cause == "heuristic_parameter":
+        share = sum(r["share"] for r in d.get("by_module") or [] if r.get("module") == "router_bias")
+        text = f"the router bias re-set by its balancing rule {at} ({N.percent(share, 0)} of Δ‖θ‖²; expected dynamics)"
+    elif kind == "param_norm_jump":
+        mods = d.get("by_module") or []
+        where = roles_mod.MODULE_LABELS.get(mods[0]["module"], mods[0]["module"]) if mods else "the parameters"
+        text = f"a parameter-norm jump in {where} {at}"
+    elif kind == "logit_growth":
+        text = (f"output-logit growth over steps {N.count(d.get('start'))}–{N.count(d.get('end'))} "
+                f"(loss {N.percent(d.get('loss_rise'), 1, signed=True)})")
+    elif kind == "hyperball_drift":
+        text = f"{roles_mod.leaf_path(f['metric'])} leaving its hyperball {at}"
+    elif kind in ROUTER_WHAT:
+        text = f"{ROUTER_WHAT[kind].split(' (')[0]} {at}"
+    elif kind == "nonfinite":
+        text = f"{f['metric']} became {d.get('value')} {at}"
+    elif kind == "level_shift":
+        text = f"{f['metric']} shifting to a new level {at}"
+    else:
+        text = f"{kind.replace('_', ' ')} in {f['metric']} {at}"
+    return f"{text} [{cause}]"
