@@ -140,3 +140,29 @@ def test_snapshot_run_pane(exact, snap_compare):
 
 def test_snapshot_system_pane(exact, snap_compare):
     assert snap_compare(open_watch(exact.path, RUN_ID), terminal_size=SIZE, run_before=_settled("m", "system/gpu.0.gpu"))
+
+
+@pytest.mark.asyncio
+async def test_readout_is_exact_on_parquet_parts_too(store, tmp_path):
+    """History kept as W&B's exported parquet parts (+ a long-row tail) reads the same way."""
+    from marinctl.store import scan
+    from marinctl.store.lineage import resolve_target
+    from tests.fakes.load import load_as_parts
+    from tests.fakes.synth import ladder_runs
+
+    run = ladder_runs(300)[0]
+    load_as_parts(store, [run], tmp_path / "export", tail=40, per_file=70)
+    app = open_watch(store.path, run.run_id)
+    async with run_test(app) as pilot:
+        await wait_for_text(pilot, "▏step")
+        await settle(pilot)
+        await pilot.press("home", *["right"] * 5)                # well inside the parts
+        line = readout(await wait_for_text(pilot, "▏step"))
+        step = int(re.search(r"▏step ([\d,]+)", line).group(1).replace(",", ""))
+        assert 0 < step < 260
+        with store.connect() as con:
+            segments = resolve_target(con, run.run_id, stitched=True).segments
+            steps, values = scan.arrays(con, segments, "train/loss", 0, step + 1)
+        assert steps[-1] == step
+        label = app.view.labels["train/loss"]
+        assert part(line, label).split(" [")[0] == N.sig(float(values[-1]))
