@@ -15,7 +15,7 @@ medians side by side with their ratio (previous / now; > 1 means now is better):
 - idle CPU: process CPU time over 5 s with nothing changing (what a watch left open costs).
 Plus the store read for one frame (`build_view`, 8 panels) vs a naive read of every point.
 
-    nice -n 10 python bench/bench_watch.py [--steps 389000] [--db /tmp/bench_watch.duckdb] [--rounds 2]
+    nice -n 10 python bench/bench_watch.py [--steps 389000] [--db /tmp/bench_watch_CHECKOUT.duckdb] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -240,7 +240,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=389_000,
                     help="history length (default: a hero near its end)")
-    ap.add_argument("--db", type=Path, default=Path("/tmp/bench_watch.duckdb"))
+    ap.add_argument("--db", type=Path, default=Path(f"/tmp/bench_watch_{Path(__file__).resolve().parent.parent.name}.duckdb"),
+                    help="the SYNTHETIC store, cached (default: one per checkout; /tmp is shared)")
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--rounds", type=int, default=2, help="measurements per code path (alternating)")
     ap.add_argument("--keys", type=int, default=12, help="→ presses timed per measurement")
