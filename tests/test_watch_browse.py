@@ -249,3 +249,25 @@ async def test_readout_labels_tell_leaves_apart_by_their_shortest_suffix(db):
             head, _, tail = label.rpartition("…")
             assert sum(k.startswith(head) and k.endswith(tail) for k in leaves) == 1
             assert len(label) < min(len(k) for k in leaves)
+
+
+def pane_width(text: str) -> int:
+    line = next(line for line in text.splitlines() if "╭─ run ·" in line)
+    start = line.index("╭─ run ·")
+    return line.index("╮", start) - start + 1
+
+
+async def test_curly_brackets_resize_the_run_pane_and_it_is_remembered(db):
+    app = open_watch(db, "hero")
+    async with run_test(app) as pilot:
+        await ready(pilot)
+        await pilot.press("i")
+        before = pane_width(await wait_for_text(pilot, "╭─ run ·", "Config ("))
+        await pilot.press("right_curly_bracket", "right_curly_bracket")
+        text = await settle(pilot)
+        assert pane_width(text) == before + 12
+        await pilot.press("left_curly_bracket")
+        assert pane_width(await settle(pilot)) == before + 6
+    again = open_watch(db, "hero")
+    async with run_test(again) as pilot:                            # the run pane and its width come back
+        assert pane_width(await wait_for_text(pilot, "╭─ run ·", "Config (")) == before + 6

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.asyncio
 
 KEY_NAMES = {"question_mark": "?", "slash": "/", "escape": "esc", "left": "←", "right": "→",
              "left_square_bracket": "[", "right_square_bracket": "]", "plus": "+", "equals_sign": "+",
-             "minus": "-", "home": "home", "end": "end"}
+             "minus": "-", "home": "home", "end": "end", "left_curly_bracket": "{", "right_curly_bracket": "}"}
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +81,8 @@ async def test_help_lists_every_key_binding(home):
     async with run_test(app) as pilot:
         await settle(pilot)
         text = await key(pilot, "question_mark", lambda t: "marinctl watch — keys" in t, "? opens the help")
+        await pilot.press("end")                      # the list is longer than the screen: scroll, as a person would
+        text += await settle(pilot)
         bindings = [b for b in type(app).BINDINGS if b.key != "ctrl+c"]
         for b in bindings:
             first = b.key.split(",")[0]

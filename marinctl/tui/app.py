@@ -95,6 +95,8 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         Binding("i", "run_pane", "run"),
         Binding("m", "system_pane", "system"),
         Binding("b", "sidebar", show=False),
+        Binding("left_curly_bracket", "pane_width(-6)", show=False),
+        Binding("right_curly_bracket", "pane_width(6)", show=False),
         Binding("space", "compare", "compare", show=False),
     ]
 
@@ -165,6 +167,7 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         self._legend.display = False
         self._run_pane.display = self._layout.run_pane
         self._system_pane.display = self._layout.system_pane
+        self._panes.styles.width = self._layout.pane_width
         self._update_panes()
         self._sidebar.border_title = "runs"
         self._run_pane.border_title = "run"

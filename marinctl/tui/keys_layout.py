@@ -89,6 +89,17 @@ class LayoutActions:
         self.set_params(system=pane.display)
         self.save_layout()
 
+    def action_pane_width(self: WatchApp, delta: int) -> None:
+        """`{` `}`: the side panes narrower / wider (the charts take the rest), remembered."""
+        if not self._panes.display:
+            self.notify("open the run pane (i) or the system pane (m) first", timeout=2)
+            return
+        now = int(self._panes.styles.width.value) if self._panes.styles.width else 46
+        width = max(S.MIN_PANE, min(S.MAX_PANE, self.size.width - 60, now + delta))
+        self._panes.styles.width = width
+        self.call_after_refresh(self.repaint)
+        self.save_layout()
+
     def action_sidebar(self: WatchApp) -> None:
         self._sidebar.display = not self._sidebar.display
 
@@ -157,4 +168,5 @@ class LayoutActions:
         S.save(self.store.path, S.Layout(
             cols=p.cols, rows=p.rows, pattern=p.pattern, collapsed=sorted(p.collapsed), smoothing=p.smoothing,
             xmode=p.xmode, logy=sorted(self.chart_state.logy_keys), run_pane=self._run_pane.display,
-            system_pane=self._system_pane.display))
+            system_pane=self._system_pane.display,
+            pane_width=int(self._panes.styles.width.value) if self._panes.styles.width else 46))

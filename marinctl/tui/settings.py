@@ -14,6 +14,7 @@ from pathlib import Path
 
 FILE_NAME = "watch-settings.json"
 MAX_COLS, MAX_ROWS = 6, 8
+MIN_PANE, MAX_PANE = 24, 160
 
 
 @dataclass
@@ -27,10 +28,12 @@ class Layout:
     logy: list[str] = field(default_factory=list)     # charts with their own log-y
     run_pane: bool = False
     system_pane: bool = False
+    pane_width: int = 46                               # columns of the run/system panes (`{` `}`)
 
     def clamp(self) -> "Layout":
         self.cols = min(MAX_COLS, max(1, int(self.cols)))
         self.rows = min(MAX_ROWS, max(1, int(self.rows)))
+        self.pane_width = min(MAX_PANE, max(MIN_PANE, int(self.pane_width)))
         return self
 
 

@@ -28,11 +28,11 @@ KEYS = [
     ("s", "smoothing: none → EMA → debiased EMA"),
     ("x", "x axis: step → tokens → fraction of schedule → wall time (compared runs on their own schedule)"),
     ("o", "overlays: ladder rungs and repro runs (fraction axis), ladder prediction band"),
-    ("i", "run pane: overview, config and summary (type to search)"),
+    ("i", "run pane: overview, config, summary and console (type to search)"),
     ("m", "system metrics pane (GPU, CPU, memory … when the run recorded them)"),
-    ("b", "hide / show the runs sidebar"),
+    ("b", "hide / show the runs sidebar"), ("{ / }", "narrow / widen the run and system panes"),
     ("r", "refresh now: read the run's file, or sync from W&B"),
-    ("mouse", "click a chart: focus it and put the cursor there; wheel: zoom; click a run: show it"),
+    ("mouse", "click or drag on a chart: focus it and put the cursor there; wheel: zoom; click a run: show it"),
 ]
 
 
