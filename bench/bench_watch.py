@@ -1,35 +1,42 @@
-"""`watch` at hero scale: first frame, and UI-thread time per live refresh.
+"""`watch` at hero scale, side by side with the previous release's code path.
 
 SYNTHETIC store built in SQL (cached under /tmp): a stitched 3-run hero lineage with
-Marin's key names for the default panels plus filler keys, 390,251 steps × 150 dense keys
-+ 600 watch keys every 10 steps ≈ 84M values — the size of the real hero history.
+Marin's key names for the default panels plus filler keys, 389,000 steps × 145 dense keys
++ 600 keys every 10 steps ≈ 80M values — the size of the real hero history.
 
-Prints, side by side with a baseline:
-- the store read for one frame (`watch_view.build_view`, 8 panels) vs a naive read
-  that fetches every point of the 8 series and buckets them in numpy;
-- first frame (app start → all 8 charts drawn), target ≤ 1 s;
-- UI-thread time per live refresh (new rows appended, frame rebuilt), target ≤ 100 ms,
-  vs the baseline of building the 8 plotext frames on the UI thread.
+Each measurement runs `watch` (Textual's headless Pilot, 160×50) in a fresh process, once
+with this tree's `marinctl` and once with the previous release's (`git archive BASE marinctl`,
+BASE = the merge base with main unless `--base` says otherwise), alternating, and prints the
+medians side by side with their ratio (previous / now; > 1 means now is better):
+- first frame: process start → the 8 default charts drawn (imports included), and app start →
+  drawn; target ≤ 1 s;
+- key latency: `→` pressed → readout and every chart's cursor redrawn (median of 12);
+- RSS settled: resident memory after the first frame, the key list and 3 s of quiet; ≤ 150 MB;
+- idle CPU: process CPU time over 5 s with nothing changing (what a watch left open costs).
+Plus the store read for one frame (`build_view`, 8 panels) vs a naive read of every point.
 
-    python bench/bench_watch.py [--steps 390251] [--db /tmp/bench_watch.duckdb] [--refreshes 8]
+    nice -n 10 python bench/bench_watch.py [--steps 389000] [--db /tmp/bench_watch_CHECKOUT.duckdb] [--rounds 2]
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
-import statistics
 import time
-from pathlib import Path
 
-import duckdb
-import numpy as np
+_T0 = time.perf_counter()          # script start: the "process start" of the first-frame figure
 
-from marinctl.analysis.chart_data import DEFAULT_PANELS
-from marinctl.analysis.watch_view import ViewParams, build_view
-from marinctl.store import Store
-from marinctl.store import metrics as M
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import duckdb  # noqa: E402
+import numpy as np  # noqa: E402
+
+from marinctl.analysis.chart_data import DEFAULT_PANELS  # noqa: E402
+from marinctl.analysis.watch_view import ViewParams, build_view  # noqa: E402
+from marinctl.store import Store  # noqa: E402
+from marinctl.store import metrics as M  # noqa: E402
 
 NAMED = list(DEFAULT_PANELS) + ["_timestamp", "throughput/total_tokens", "throughput/tokens_per_second",
                                    "throughput/duration", "train/router/layer_0/routing_entropy"]
@@ -108,58 +115,95 @@ def timeit(fn, n: int = 5) -> list[float]:
     return out
 
 
-def append_steps(store: Store, first: int, count: int) -> None:
-    """A live sync's worth of new rows for the leaf (only appends)."""
-    with store.transaction() as con:
-        parts = [f"SELECT 3 AS run_pk, (SELECT key_id FROM metric_keys WHERE key = '{key}') AS key_id, s AS step,"
-                 f" {value_sql(key, k)} AS value FROM range({first}, {first + count}) a(s)" for k, key in enumerate(NAMED)]
-        con.execute(f"INSERT INTO metrics SELECT * FROM ({' UNION ALL '.join(parts)}) ORDER BY key_id, step")
-        con.execute("UPDATE runs SET last_step = ? WHERE run_pk = 3", [first + count - 1])
+# --- one measurement, in its own process (`--measure`), with whichever marinctl is on sys.path ---
+
+def _rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
-async def run_app(store: Store, refreshes: int, last_step: int) -> dict:
+async def _measure(db: Path, t_process: float, keys: int, idle_s: float) -> dict:
+    from textual.widgets import Static
+
     from marinctl.tui.app import WatchApp
     from marinctl.tui.charts import MetricChart
 
-    app = WatchApp("hero", 3600, store=store, autosync=False)
+    def drawn() -> bool:
+        charts = list(app.query(MetricChart))
+        return app.refreshes >= 1 and len(charts) >= 8 and all(c._frame is not None for c in charts)
+
+    def busy() -> bool:
+        return any(w.is_running for w in app.workers if w.group in ("load", "paint", "keys"))
+
+    app = WatchApp("hero", 3600, store=Store(db), autosync=False)
     t0 = time.perf_counter()
     out: dict = {}
     async with app.run_test(size=(160, 50)) as pilot:
-        while True:
-            await pilot.pause(0.01)
-            charts = list(app.query(MetricChart))
-            if app.refreshes >= 1 and len(charts) == 8 and all(c._frame is not None for c in charts):
-                break
-            if time.perf_counter() - t0 > 60:
+        while not drawn():
+            await pilot.pause(0.005)
+            if time.perf_counter() - t0 > 120:
                 raise SystemExit("first frame never came")
-        out["first_frame_s"] = time.perf_counter() - t0
-        charts = list(app.query(MetricChart))
-        # baseline: the same 8 frames built synchronously on the UI thread
-        view = app.view
-        t1 = time.perf_counter()
-        for c in charts:
-            panel = next(p for p in view.panels if p.key == c.key)
-            c.prepare(panel, view.axis, c.options, (c.size.width, c.size.height))
-        out["baseline_ui_build_s"] = time.perf_counter() - t1
-        ui, walls = [], []
-        step = last_step + 1
-        for _ in range(refreshes):
-            append_steps(store, step, 10)       # a 10-step sync
-            step += 10
-            before_ui = app.ui_seconds + sum(c.render_seconds for c in charts)
-            before_n = app.refreshes
-            t2 = time.perf_counter()
-            app.reload()
-            while app.refreshes == before_n:
-                await pilot.pause(0.005)
-            await pilot.pause(0.05)           # let the compositor paint the new frames
-            walls.append(time.perf_counter() - t2)
-            charts = list(app.query(MetricChart))
-            ui.append(app.ui_seconds + sum(c.render_seconds for c in charts) - before_ui)
-        out["refresh_ui_s"] = ui
-        out["refresh_wall_s"] = walls
-        out["header_step"] = app.view.header.step
+        out["first_frame_app_s"] = time.perf_counter() - t0
+        out["first_frame_process_s"] = time.perf_counter() - t_process
+        deadline = time.perf_counter() + 60
+        while busy() and time.perf_counter() < deadline:
+            await pilot.pause(0.05)
+        await pilot.pause(3.0)
+        out["rss_settled_mib"] = _rss_mib()
+        readout = app.query_one("#readout", Static)
+        await pilot.press("home")
+        await pilot.pause(0.5)
+        lat = []
+        for _ in range(keys):
+            before = str(readout.render())
+            t1 = time.perf_counter()
+            await pilot.press("right")
+            while str(readout.render()) == before or busy() or not drawn():
+                await pilot.pause(0.002)
+            lat.append(time.perf_counter() - t1)
+        out["key_latency_s"] = statistics.median(lat)
+        while busy():
+            await pilot.pause(0.05)
+        await pilot.pause(0.5)
+        c0, w0 = time.process_time(), time.perf_counter()
+        await pilot.pause(idle_s)
+        out["idle_cpu_pct"] = 100 * (time.process_time() - c0) / (time.perf_counter() - w0)
+        out["rss_end_mib"] = _rss_mib()
+    import marinctl
+
+    out["marinctl"] = str(Path(marinctl.__file__).parent)
     return out
+
+
+def previous_tree(base: str, dest: Path) -> Path:
+    """The previous release's `marinctl/` package (git archive of BASE), for the side-by-side runs."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    if base == "auto":
+        base = subprocess.run(["git", "merge-base", "HEAD", "main"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "archive", base, "marinctl"], cwd=root, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def run_child(tree: Path, db: Path, keys: int, idle_s: float) -> dict:
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as home:
+        env = {**os.environ, "PYTHONPATH": str(tree), "MARINCTL_HOME": home}
+        proc = subprocess.run([sys.executable, __file__, "--measure", "--db", str(db), "--keys", str(keys),
+                               "--idle", str(idle_s)], env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise SystemExit(f"measurement with {tree} failed:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def add_markers(store: Store) -> None:
@@ -192,14 +236,23 @@ async def capture(store: Store, path: Path, size: tuple[int, int]) -> None:
 
 
 def main() -> None:
+    t_process = _T0
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=389_000,
-                    help="history length (default: a hero near its end, leaving room for the simulated live appends)")
-    ap.add_argument("--db", type=Path, default=Path("/tmp/bench_watch.duckdb"))
+                    help="history length (default: a hero near its end)")
+    ap.add_argument("--db", type=Path, default=Path(f"/tmp/bench_watch_{Path(__file__).resolve().parent.parent.name}.duckdb"),
+                    help="the SYNTHETIC store, cached (default: one per checkout; /tmp is shared)")
     ap.add_argument("--rebuild", action="store_true")
-    ap.add_argument("--refreshes", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=2, help="measurements per code path (alternating)")
+    ap.add_argument("--keys", type=int, default=12, help="→ presses timed per measurement")
+    ap.add_argument("--idle", type=float, default=5.0, help="seconds of idle CPU sampled")
+    ap.add_argument("--base", default="auto", help="git revision of the previous release (default: merge base with main)")
     ap.add_argument("--capture", type=Path, help="write a text capture of the screen here and exit")
+    ap.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.measure:
+        print(json.dumps(asyncio.run(_measure(args.db, t_process, args.keys, args.idle))))
+        return
     if args.rebuild or not args.db.exists():
         t0 = time.perf_counter()
         build(args.db, args.steps)
@@ -214,20 +267,34 @@ def main() -> None:
         rows = con.execute("SELECT count(*) FROM metrics").fetchall()[0][0]
     print(f"store: {rows:,} SYNTHETIC values, hero lineage to step {last:,}")
     params = ViewParams(ref="hero", buckets=240)
-    ours = timeit(lambda: build_view(store, params))
-    base = timeit(lambda: naive_read(store, params))
-    print(f"{'measure':44s} {'marinctl':>10s} {'baseline':>10s} {'ratio':>7s}")
-    m, b = statistics.median(ours), statistics.median(base)
-    print(f"{'store read for one frame, 8 panels (median)':44s} {m * 1e3:8.1f}ms {b * 1e3:8.1f}ms {b / m:6.1f}x")
-    res = asyncio.run(run_app(store, args.refreshes, last))
-    ui = res["refresh_ui_s"]
-    print(f"{'first frame: start → 8 charts drawn':44s} {res['first_frame_s'] * 1e3:8.1f}ms {'':>10s}   target ≤ 1000 ms")
-    med, worst = statistics.median(ui), max(ui)
-    bb = res["baseline_ui_build_s"]
-    print(f"{'UI-thread time per live refresh (median)':44s} {med * 1e3:8.1f}ms {bb * 1e3:8.1f}ms {bb / max(med, 1e-9):6.1f}x  target ≤ 100 ms")
-    print(f"{'UI-thread time per live refresh (worst)':44s} {worst * 1e3:8.1f}ms")
-    print(f"{'refresh wall time incl. worker (median)':44s} {statistics.median(res['refresh_wall_s']) * 1e3:8.1f}ms")
-    print(f"header follows the appends: step {res['header_step']:,}; per-refresh UI ms: {[round(x * 1e3, 1) for x in ui]}")
+    ours = statistics.median(timeit(lambda: build_view(store, params)))
+    base = statistics.median(timeit(lambda: naive_read(store, params)))
+    print(f"{'store read for one frame, 8 panels (median)':44s} {ours * 1e3:8.1f}ms   naive {base * 1e3:8.1f}ms"
+          f"  {base / ours:5.1f}x")
+
+    import tempfile
+
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as tmp:
+        prev = previous_tree(args.base, Path(tmp))
+        now_runs, prev_runs = [], []
+        for _ in range(args.rounds):             # alternate: the machine's load hits both alike
+            now_runs.append(run_child(root, args.db, args.keys, args.idle))
+            prev_runs.append(run_child(prev, args.db, args.keys, args.idle))
+    assert all(r["marinctl"].startswith(str(root)) for r in now_runs), now_runs
+    assert all(r["marinctl"].startswith(tmp) for r in prev_runs), prev_runs
+    rows_out = [("first frame, process start → 8 charts", "first_frame_process_s", 1e3, "ms", "≤ 1000 ms"),
+                ("first frame, app start → 8 charts", "first_frame_app_s", 1e3, "ms", ""),
+                ("key latency, → to cursor drawn (median)", "key_latency_s", 1e3, "ms", ""),
+                ("RSS settled", "rss_settled_mib", 1, "MiB", "≤ 150 MB"),
+                ("RSS at the end", "rss_end_mib", 1, "MiB", ""),
+                ("idle CPU", "idle_cpu_pct", 1, "%", "≈ 0")]
+    print(f"{'measure (median of ' + str(args.rounds) + ')':44s} {'now':>10s} {'previous':>10s} {'prev/now':>8s}")
+    for label, key, scale, unit, target in rows_out:
+        a = statistics.median(r[key] for r in now_runs) * scale
+        b = statistics.median(r[key] for r in prev_runs) * scale
+        ratio = f"{b / a:7.2f}x" if a > 0 else "      -"
+        print(f"{label:44s} {a:8.1f}{unit:<2s} {b:8.1f}{unit:<2s} {ratio}  {target}")
 
 
 if __name__ == "__main__":

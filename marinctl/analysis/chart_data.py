@@ -1,6 +1,6 @@
 """What one chart shows, computed headless: envelope, smoothed line, markers, overlays, band.
 
-Curves are per-bucket min/max envelopes from `store.metrics.downsample_many` (never samples:
+Curves are per-bucket min/max envelopes from `store.series.envelopes` (never samples:
 a one-step spike stays visible at every zoom), smoothed over the bucket means the way W&B
 smooths (EMA, optionally debiased), and mapped onto the panel's x axis (chart_axis.py).
 Every function takes an open connection and returns plain data; painting is render/chart.py's.
@@ -9,19 +9,16 @@ Every function takes an open connection and returns plain data; painting is rend
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
 from marinctl.analysis.chart_axis import Axis
-from marinctl.analysis.schedule import schedule_of
 from marinctl.store import Connection
 from marinctl.store import anomalies as anomalies_store
 from marinctl.store import events as events_store
 from marinctl.store import metrics as M
-from marinctl.store import runs as runs_store
 from marinctl.store import series as S
 from marinctl.store.lineage import Target
 
@@ -73,9 +70,12 @@ class Marker:
 
 @dataclass
 class Overlay:
+    """Another run's line on this chart; `slot` picks its colour, the same on every chart."""
+
     name: str
     x: np.ndarray
     y: np.ndarray
+    slot: int = 0
 
 
 @dataclass
@@ -84,6 +84,17 @@ class Band:
     lo: np.ndarray
     hi: np.ndarray
     label: str = "ladder prediction"
+
+
+@dataclass
+class Logged:
+    """What the cursor reads for one key: the value logged at `step` (the step at or before the
+    cursor that last logged this key), and the [lo…hi] envelope of the bucket around it."""
+
+    step: int
+    value: float
+    lo: float | None = None         # None when the bucket holds one logged value
+    hi: float | None = None
 
 
 @dataclass
@@ -102,6 +113,10 @@ class PanelData:
     overlays: list[Overlay] = field(default_factory=list)
     band: Band | None = None
     nonfinite: int = 0
+    step_lo: np.ndarray = field(default_factory=lambda: np.empty(0))   # first and last logged step per bucket
+    step_hi: np.ndarray = field(default_factory=lambda: np.empty(0))
+    last: np.ndarray = field(default_factory=lambda: np.empty(0))      # the value logged at step_hi
+    count: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -115,28 +130,57 @@ class PanelData:
         return i
 
     def value_at(self, step: float) -> tuple[float, float, float] | None:
-        """(smoothed, min, max) of the bucket nearest `step`."""
+        """(smoothed, min, max) of the bucket nearest `step` (where to draw a marker)."""
         i = self.bucket_at(step)
         return None if i is None else (float(self.line[i]), float(self.vmin[i]), float(self.vmax[i]))
 
-    def mean_at(self, step: float) -> tuple[float, float, float] | None:
-        """(bucket mean before smoothing, min, max) of the bucket nearest `step` — the cursor readout."""
-        i = self.bucket_at(step)
-        if i is None:
+    def logged_at(self, step: int) -> Logged | None:
+        """The exact value logged at or before `step`, when the envelope alone can tell.
+
+        It can when `step` is at or past the last logged step of its bucket (that bucket's
+        `last` is then the newest value at or before `step`): the cursor sits on bucket ends.
+        None when `step` falls inside a bucket (the caller reads the store) or before the data.
+        """
+        if not len(self.step_hi):
             return None
-        mean = self.raw[i] if len(self.raw) == len(self.steps) else self.line[i]
-        return float(mean), float(self.vmin[i]), float(self.vmax[i])
+        b = int(np.searchsorted(self.step_lo, step, side="right")) - 1
+        if b < 0 or step < self.step_hi[b]:
+            return None
+        return self._logged(b)
 
+    def _logged(self, b: int) -> Logged:
+        one = self.count[b] <= 1 if len(self.count) else True
+        lo, hi = float(self.vmin[b]), float(self.vmax[b])
+        return Logged(int(self.step_hi[b]), float(self.last[b]), None if one else lo, None if one else hi)
 
-def panel_keys(con: Connection, target: Target, pattern: str | None = None,
-               all_keys: Sequence[str] | None = None) -> list[str]:
-    """Panels to show: the default ones that have data, or every key matching the regex."""
-    if pattern:
-        rx = re.compile(pattern)
-        keys = list(all_keys) if all_keys is not None else M.run_keys(con, target.run_pks)
-        return [k for k in keys if rx.search(k) and not k.startswith("_")]
-    present = S.keys_with_data(con, target.run_pks, DEFAULT_PANELS)
-    return [k for k in DEFAULT_PANELS if k in present]
+    def envelope_around(self, step: int) -> tuple[float, float] | None:
+        """[min, max] of the bucket holding `step`, when it holds more than one logged value."""
+        if not len(self.step_lo):
+            return None
+        b = int(np.searchsorted(self.step_lo, step, side="right")) - 1
+        if b < 0 or (len(self.count) and self.count[b] <= 1):
+            return None
+        return float(self.vmin[b]), float(self.vmax[b])
+
+    def same_as(self, other: "PanelData") -> bool:
+        """The same picture: same buckets, values, markers and overlays (a live refresh that moved nothing)."""
+        arrays = ("x", "vmin", "vmax", "line", "step_hi", "last")
+        if self.key != other.key or len(self) != len(other) or self.axis_label != other.axis_label:
+            return False
+        if any(not np.array_equal(getattr(self, a), getattr(other, a), equal_nan=True) for a in arrays):
+            return False
+        if [(m.step, m.kind, m.label) for m in self.markers] != [(m.step, m.kind, m.label) for m in other.markers]:
+            return False
+        if len(self.overlays) != len(other.overlays) or any(
+                a.name != b.name or a.slot != b.slot or not np.array_equal(a.x, b.x) or
+                not np.array_equal(a.y, b.y, equal_nan=True) for a, b in zip(self.overlays, other.overlays)):
+            return False
+        return (self.band is None) == (other.band is None)
+
+    def bucket_end(self, step: float) -> int | None:
+        """The last logged step of the bucket nearest `step` (where a cursor reads exactly)."""
+        i = self.bucket_at(step)
+        return None if i is None or not len(self.step_hi) else int(self.step_hi[i])
 
 
 def has_data(con: Connection, target: Target, key: str) -> bool:
@@ -146,7 +190,7 @@ def has_data(con: Connection, target: Target, key: str) -> bool:
 def envelopes(con: Connection, target: Target, keys: Sequence[str], lo: int, hi: int,
               buckets: int) -> dict[str, M.Envelope]:
     """Min/max envelopes of several keys over steps [lo, hi] (inclusive) in one scan."""
-    return M.downsample_many(con, target.segments, keys, lo, hi + 1, buckets)
+    return S.envelopes(con, target.segments, keys, lo, hi + 1, buckets)
 
 
 def load_panel(con: Connection, target: Target, key: str, lo: int, hi: int, *,
@@ -155,7 +199,8 @@ def load_panel(con: Connection, target: Target, key: str, lo: int, hi: int, *,
     """Envelope of `key` over steps [lo, hi] in at most `buckets` buckets, on `axis`."""
     axis = axis or Axis("step", "step")
     if env is None:
-        env = M.downsample(con, target.segments, key, lo, hi + 1, buckets)
+        env = S.envelopes(con, target.segments, [key], lo, hi + 1, buckets).get(key) or M.downsample(
+            con, target.segments, key, lo, hi + 1, buckets)
     steps = (env.step_lo + env.step_hi) / 2.0 if len(env) else np.empty(0)
     mine = []
     for m in markers:
@@ -163,7 +208,8 @@ def load_panel(con: Connection, target: Target, key: str, lo: int, hi: int, *,
             mine.append(m)
     return PanelData(key=key, steps=steps, x=axis.x(steps), vmin=env.vmin, vmax=env.vmax,
                      line=smooth(env.mean, smoothing, weight), axis_label=axis.label, markers=mine, raw=env.mean,
-                     nonfinite=int(env.nonfinite.sum()) if len(env) else 0)
+                     nonfinite=int(env.nonfinite.sum()) if len(env) else 0,
+                     step_lo=env.step_lo, step_hi=env.step_hi, last=env.last, count=env.count)
 
 
 def markers_for(con: Connection, target: Target, lo: int, hi: int) -> list[Marker]:
@@ -175,38 +221,7 @@ def markers_for(con: Connection, target: Target, lo: int, hi: int) -> list[Marke
     return out
 
 
-# --- overlays --------------------------------------------------------------------------------
-
-def rung_overlays(con: Connection, key: str, buckets: int = 200, exclude_uid: str | None = None) -> list[Overlay]:
-    """Each stored ladder rung and reproduction as a line on a fraction-of-its-own-schedule axis.
-
-    A run whose length is unknown cannot be placed on that axis and is left out.
-    """
-    from marinctl import rungs
-    from marinctl.store.lineage import single
-    from marinctl.store.runs import find_rung_runs
-
-    out = []
-    seen = set()
-    for r in rungs.rungs():
-        if r["rung"] == "hero":
-            continue
-        for run in find_rung_runs(con, r["rung"]) + runs_store.repro_runs(con, r["name"]):
-            if run["uid"] in seen or run["uid"] == exclude_uid:
-                continue
-            seen.add(run["uid"])
-            last = run.get("last_step")
-            total = schedule_of(run).total_steps
-            if last is None or not total:
-                continue
-            env = M.downsample(con, single(run).segments, key, 0, int(last) + 1, buckets)
-            if not len(env):
-                continue
-            steps = (env.step_lo + env.step_hi) / 2.0
-            tag = "repro " if run["source"] == "repro" else ""
-            out.append(Overlay(f"{tag}{r['name']}", steps / total, env.mean))
-    return out
-
+# --- overlays (other runs: analysis/compare.py) ---------------------------------------------
 
 def predicted_band(con: Connection, key: str, axis: Axis) -> Band | None:
     """The ladder's predicted band over the hero (None without three synced rungs)."""

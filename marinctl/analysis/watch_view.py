@@ -3,32 +3,24 @@
 `build_view` runs in a worker thread with one short connection (DuckDB allows one writing
 process, and `sync` may be writing in another terminal); it returns plain data the TUI
 paints. Every number on screen comes from here, so it can be tested without a terminal.
+Only the page on screen is read: a run with 649 keys costs what its 8 visible charts cost.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from marinctl.analysis import metric_pages as MP
 from marinctl.analysis.chart_axis import Axis, axis_for
-from marinctl.analysis.chart_data import (
-    DEFAULT_PANELS,
-    Marker,
-    PanelData,
-    envelopes,
-    load_panel,
-    markers_for,
-    panel_keys,
-    predicted_band,
-    rung_overlays,
-)
+from marinctl.analysis.chart_data import DEFAULT_PANELS, Logged, Marker, PanelData, envelopes, load_panel, markers_for, predicted_band
+from marinctl.analysis.compare import LegendEntry, compare_lines, ladder_lines
 from marinctl.analysis.run_header import HeaderStats, header_stats
 from marinctl.analysis.run_list import SidebarEntry, sidebar_entries
 from marinctl.analysis.schedule import schedule_of_target
 from marinctl.store import runs as runs_store
 from marinctl.store import series as S
-
-MAX_PANELS = 16
 
 
 @dataclass(frozen=True)
@@ -41,9 +33,16 @@ class ViewParams:
     hi: int | None = None
     xmode: str = "step"
     smoothing: str = "ema"
-    overlays: bool = False
+    overlays: bool = False          # `o`: ladder rungs, repro runs and the prediction band
     buckets: int = 200
-    all_keys: tuple[str, ...] | None = None
+    all_keys: tuple[str, ...] | None = None   # every key of the run, once loaded (None: curated page only)
+    page: int = 0
+    cols: int = 2
+    rows: int = 4
+    collapsed: frozenset[str] = frozenset()
+    compare: tuple[str, ...] = ()   # other runs drawn on the same charts (sidebar `space`)
+    system: bool = False            # read the system-metrics pane's charts too
+    jump: str | None = None         # show the page holding this key (the palette's `key:` commands)
 
 
 @dataclass
@@ -62,7 +61,47 @@ class View:
     sidebar: list[SidebarEntry] = field(default_factory=list)
     cache_time: datetime | None = None
     error: str | None = None
-    matched: int = 0                # keys the filter matched (panels may be capped)
+    matched: int = 0                    # keys the filter matched (all browsable keys without a filter)
+    total_keys: int | None = None       # browsable keys of the run (None until the key list is loaded)
+    sections: tuple[MP.Section, ...] = ()
+    page: int = 0
+    pages: int = 1
+    page_of_key: dict[str, int] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)     # shortest unique names, for the readout
+    legend: list[LegendEntry] = field(default_factory=list)
+    system_panels: list[PanelData] = field(default_factory=list)
+    system_keys: int = 0
+
+    @property
+    def width(self) -> float:
+        """Steps per bucket (every chart of the view shares the buckets)."""
+        return max(1.0, (self.hi + 1 - self.lo) / max(1, self.params.buckets))
+
+    def bucket_end(self, step: float) -> int:
+        """The last step of the bucket holding `step`: a cursor there reads every key exactly."""
+        b = math.floor((min(max(step, self.lo), self.hi) - self.lo) / self.width + 1e-9)
+        return int(min(self.hi, math.ceil(self.lo + (b + 1) * self.width - 1e-9) - 1))
+
+    def readout(self, step: int) -> dict[str, Logged | None]:
+        """{key: what the cursor reads} for the keys the envelopes answer exactly; the others are absent."""
+        out = {}
+        for panel in self.panels + self.system_panels:
+            got = panel.logged_at(step)
+            if got is not None:
+                out[panel.key] = got
+        return out
+
+
+def page_layout(params: ViewParams, curated: list[str]) -> tuple[list[MP.Page], int, int | None]:
+    """(pages, keys matched, browsable keys) for the params; the curated page alone until keys load."""
+    if params.all_keys is None:
+        keys = MP.matching(curated, params.pattern)
+        sections = MP.sections_of(keys) if params.pattern else MP.sections_of([], keys)
+        return MP.paginate(sections, params.cols, params.rows, params.collapsed), len(keys), None
+    every = MP.browsable(list(params.all_keys))
+    keys = MP.matching(every, params.pattern)
+    sections = MP.sections_of(keys) if params.pattern else MP.sections_of(keys, curated)
+    return MP.paginate(sections, params.cols, params.rows, params.collapsed), len(keys), len(every)
 
 
 def build_view(store, params: ViewParams) -> View:
@@ -79,14 +118,27 @@ def build_view(store, params: ViewParams) -> View:
         except UserError as exc:
             view.error = exc.message + (f" — {exc.hint}" if exc.hint else "")
             return view
-        keys = panel_keys(con, target, params.pattern, params.all_keys)
-        view.matched = len(keys)
-        keys = keys[:MAX_PANELS]
         view.target_name = target.name
-        full_lo, full_hi = S.key_step_range(con, target.segments, keys or list(DEFAULT_PANELS))
+        if params.all_keys is not None:
+            have = set(params.all_keys)
+            curated = [k for k in DEFAULT_PANELS if k in have]
+        else:
+            present = S.keys_with_data(con, target.run_pks, DEFAULT_PANELS)
+            curated = [k for k in DEFAULT_PANELS if k in present]
+        pages, view.matched, view.total_keys = page_layout(params, curated)
+        view.pages = len(pages)
+        view.page_of_key = {k: i for i, p in reversed(list(enumerate(pages))) for k in p.keys}
+        wanted = view.page_of_key.get(params.jump, params.page) if params.jump else params.page
+        view.page = min(max(0, wanted), len(pages) - 1)
+        view.sections = pages[view.page].sections
+        keys = pages[view.page].keys
+        system = [k for k in params.all_keys or () if MP.is_system(k)]
+        view.system_keys = len(system)
+        system = system if params.system else []
+        full_lo, full_hi = S.key_step_range(con, target.segments, keys or curated or list(DEFAULT_PANELS))
+        if full_lo is None and target.leaf.get("last_step") is not None:
+            full_lo, full_hi = 0, int(target.leaf["last_step"])
         view.header = header_stats(con, target, last_step=full_hi)
-        if full_lo is None and not keys and params.pattern:
-            return view
         if full_lo is None:
             view.error = f"{target.name} has no history stored yet"
             return view
@@ -99,13 +151,42 @@ def build_view(store, params: ViewParams) -> View:
         axis = axis_for(con, target, params.xmode, lo, hi, schedule_of_target(target))
         view.axis = axis
         view.markers = markers_for(con, target, lo, hi)
-        envs = envelopes(con, target, keys, lo, hi, params.buckets)
-        for key in keys:
+        envs = envelopes(con, target, keys + system, lo, hi, params.buckets)
+        for key in keys + system:
             panel = load_panel(con, target, key, lo, hi, buckets=params.buckets, smoothing=params.smoothing,
-                               axis=axis, markers=view.markers, env=envs.get(key))
-            if params.overlays and axis.mode == "fraction":
-                panel.overlays = rung_overlays(con, key, params.buckets, exclude_uid=target.leaf["uid"])
-            if params.overlays and target.name == "hero":
-                panel.band = predicted_band(con, key, axis)
-            view.panels.append(panel)
+                               axis=axis, markers=view.markers if key in keys else (), env=envs.get(key))
+            (view.panels if key in keys else view.system_panels).append(panel)
+        view.labels = MP.short_labels([p.key for p in view.panels + view.system_panels])
+        _add_other_runs(con, view, target, keys + system)
     return view
+
+
+def _add_other_runs(con, view: View, target, keys: list[str]) -> None:
+    """Compared runs and (with `o`) the ladder's runs and band, as overlays with one legend."""
+    params, axis = view.params, view.axis
+    legend: list[LegendEntry] = []
+    lines: dict[str, list] = {}
+    if params.compare:
+        from marinctl.errors import UserError
+        from marinctl.store.lineage import resolve_target
+
+        others = []
+        for slot, ref in enumerate(params.compare):
+            try:
+                other = resolve_target(con, ref, stitched=True)
+            except UserError:
+                continue
+            if other.leaf["uid"] != target.leaf["uid"] or other.name != target.name:
+                others.append((slot, other))
+        x_lo, x_hi = (float(v) for v in axis.x([view.lo, view.hi]))
+        lines, legend = compare_lines(con, others, keys, axis.mode, x_lo, x_hi, params.buckets)
+    if params.overlays and axis.mode == "fraction":
+        more, extra = ladder_lines(con, keys, params.buckets, target.leaf["uid"], len(params.compare))
+        for key, ovs in more.items():
+            lines.setdefault(key, []).extend(ovs)
+        legend += extra
+    view.legend = legend
+    for panel in view.panels + view.system_panels:
+        panel.overlays = lines.get(panel.key, [])
+        if params.overlays and target.name == "hero":
+            panel.band = predicted_band(con, panel.key, axis)

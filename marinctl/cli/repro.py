@@ -276,7 +276,7 @@ def demo(
             if interactive and run_dir is not None:
                 from marinctl.tui.app import run_watch
 
-                run_watch(str(run_dir), interval)  # returns when the user quits the view
+                run_watch(str(run_dir), interval, starting="starting the rung1 proxy…")  # returns when the user quits
             else:
                 child.wait()
     except KeyboardInterrupt:

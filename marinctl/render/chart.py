@@ -25,10 +25,33 @@ CURSOR_COLOR = (240, 240, 240)
 OVERLAY_COLORS = ((230, 160, 60), (160, 110, 230), (110, 200, 140), (220, 90, 150), (200, 200, 80))
 
 
+def fit_range(panel: PanelData, logy: bool = False) -> tuple[float, float] | None:
+    """A y range around the smoothed line and the other runs' lines (not the envelope's spikes):
+    the `a` key's view of a chart whose one spike flattens everything else. Spikes above it
+    are drawn as ▲ on the top edge, so none is lost."""
+    ys = [panel.line[np.isfinite(panel.line)]] + [o.y[np.isfinite(o.y)] for o in panel.overlays]
+    ys = np.concatenate(ys) if ys else np.empty(0)
+    if logy:
+        ys = ys[ys > 0]
+    if not len(ys):
+        return None
+    lo, hi = float(np.percentile(ys, 1)), float(np.percentile(ys, 99))
+    pad = (hi - lo) * 0.15 or abs(hi) * 0.05 or 1.0
+    lo, hi = lo - pad, hi + pad
+    if logy:
+        lo = max(lo, float(ys.min()) * 0.9)
+    return lo, hi
+
+
 def paint(fig, panel: PanelData, *, width: int, height: int, logy: bool = False,
           cursor_step: float | None = None, title: str | None = None, axis: Axis | None = None,
-          color: bool = True) -> None:
-    """Draw one panel on a plotext figure: faint raw envelope, smoothed line, markers, cursor."""
+          color: bool = True, ylim: tuple[float, float] | None = None, xlim: tuple[float, float] | None = None,
+          xlabel: bool = True) -> None:
+    """Draw one panel on a plotext figure: faint raw envelope, smoothed line, markers, cursor.
+
+    `ylim` clips the y axis (buckets whose max lies above it get a ▲ on the top edge);
+    `xlim` pins the x axis (the view's window, so compared runs never widen it).
+    """
     fig.clear_figure()
     fig.plotsize(max(width, 10), max(height, 4))
     fig.title(title or panel.key)
@@ -47,11 +70,10 @@ def paint(fig, panel: PanelData, *, width: int, height: int, logy: bool = False,
         if logy:
             line_ok &= panel.line > 0
         fig.plot(panel.x[line_ok].tolist(), panel.line[line_ok].tolist(), marker="braille", **kw(LINE_COLOR))
-    for i, ov in enumerate(panel.overlays):
+    for ov in panel.overlays:
         good = np.isfinite(ov.y) & ((ov.y > 0) if logy else True)
         if good.any():
-            fig.plot(ov.x[good].tolist(), ov.y[good].tolist(), marker="braille", label=ov.name,
-                     **kw(OVERLAY_COLORS[i % len(OVERLAY_COLORS)]))
+            fig.plot(ov.x[good].tolist(), ov.y[good].tolist(), marker="braille", **kw(overlay_color(ov.slot)))
     ax = axis or Axis("step", panel.axis_label)
     anomalies = [m for m in panel.markers if m.kind == "anomaly"]
     if anomalies and x:
@@ -67,13 +89,27 @@ def paint(fig, panel: PanelData, *, width: int, height: int, logy: bool = False,
             fig.vline(float(ax.x([m.step])[0]), **kw(EVENT_COLOR))
     if cursor_step is not None and x:
         fig.vline(float(ax.x([cursor_step])[0]), **kw(CURSOR_COLOR))
+    if ylim is not None and x:
+        over = ok & (panel.vmax > ylim[1])
+        if over.any():
+            fig.scatter(panel.x[over].tolist(), [ylim[1]] * int(over.sum()), marker="▲", **kw(ANOMALY_COLOR))
+        fig.ylim(*ylim)
+    if xlim is not None and xlim[1] > xlim[0]:
+        fig.xlim(*xlim)
     if logy:
         fig.yscale("log")
     if x:
-        ticks = nice_ticks(float(min(x)), float(max(x)), max(3, width // 11))
+        lo_x, hi_x = xlim if xlim is not None and xlim[1] > xlim[0] else (float(min(x)), float(max(x)))
+        ticks = nice_ticks(lo_x, hi_x, max(3, width // 11))
         if ticks:
             fig.xticks(ticks, [numbers.tick(t, ax.mode) for t in ticks])
-    fig.xlabel(panel.axis_label)
+    if xlabel:
+        fig.xlabel(panel.axis_label)
+
+
+def overlay_color(slot: int) -> tuple[int, int, int]:
+    """The colour of another run's line: by its slot, so it is the same on every chart and in the legend."""
+    return OVERLAY_COLORS[slot % len(OVERLAY_COLORS)]
 
 
 def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:

@@ -13,7 +13,11 @@ class ViewLoaded(Message):
     """A fresh read of the store for the current target and view settings."""
 
     view: Any                          # analysis.watch_view.View (plain data)
-    frames: dict[str, Any] = field(default_factory=dict)   # key -> ((width, height), Text) built off-thread
+    frames: dict[str, Any] = field(default_factory=dict)   # key -> charts.Frame built off-thread
+    generation: int = 0                # which reload asked for it (older ones are dropped)
+    version: Any = None                # the store's data version the read saw
+    values: dict[str, Any] = field(default_factory=dict)   # key -> chart_data.Logged at the cursor
+    error: str | None = None           # the read failed (the last good frame stays up)
 
 
 @dataclass
@@ -28,8 +32,9 @@ class SyncFinished(Message):
 
 @dataclass
 class KeysLoaded(Message):
-    """Every metric key of the target, for the `/` filter (loaded after the first frame)."""
+    """Every metric key of the target, for paging and the `/` filter (loaded after the first frame)."""
 
+    ref: str | None
     keys: list[str]
 
 
@@ -46,11 +51,35 @@ class Planned(Message):
     view_ref: str | None
     sync_targets: list[str]
     error: str | None = None
+    local_paths: list[str] = field(default_factory=list)   # targets followed live (tail the .wandb files)
 
 
 @dataclass
 class FramesReady(Message):
-    """Chart frames built off-thread for new paint options (cursor, log-y)."""
+    """Chart frames built off-thread for new drawing options (cursor, log-y, y range)."""
 
-    options: Any
     frames: dict[str, Any]
+    values: dict[str, Any] = field(default_factory=dict)
+    view: Any = None                   # the view the frames were drawn from (stale ones are dropped)
+
+
+@dataclass
+class StoreChanged(Message):
+    """The follower wrote new records of a local run (or the store's data version moved)."""
+
+    runs: list[dict] = field(default_factory=list)   # the sync dicts of runs that changed
+
+
+@dataclass
+class FollowStatus(Message):
+    """The live follower's state for the header: reading a file, waiting for one, or a problem."""
+
+    text: str
+    problem: bool = False
+
+
+@dataclass
+class PaneLoaded(Message):
+    """The run pane's overview, config and summary (analysis.run_panes.RunPane)."""
+
+    pane: Any

@@ -6,35 +6,16 @@ terminal; numbers through `marinctl.numbers`, stored names through `inert`.
 
 from __future__ import annotations
 
-import math
-
 from marinctl import numbers as N
-from marinctl.analysis.chart_data import Marker, PanelData
+from marinctl.analysis.chart_data import Logged, Marker
 from marinctl.analysis.watch_view import View
 from marinctl.text import inert
-
-
-def short_key(key: str) -> str:
-    parts = key.split("/")
-    return key if len(parts) <= 2 else f"{parts[0]}/{parts[-1]}"
-
-
-def panel_readout(panel: PanelData, step: float) -> str:
-    """`name mean [min…max]` of the bucket nearest `step` (just the mean when the bucket is one value)."""
-    got = panel.mean_at(step)
-    if got is None:
-        return ""
-    mean, lo, hi = got
-    if lo == hi or not math.isfinite(lo):
-        return f"{short_key(panel.key)} {N.sig(mean, missing='nan')}"
-    return f"{short_key(panel.key)} {N.sig(mean, missing='nan')} [{N.sig(lo)}…{N.sig(hi)}]"
+from marinctl.tui.paint import value_text
 
 
 def bucket_width(view: View | None) -> float:
     """Steps per chart bucket: how far one cursor move goes."""
-    if view is None:
-        return 1.0
-    return max(1.0, (view.hi - view.lo) / max(1, view.params.buckets))
+    return 1.0 if view is None else view.width
 
 
 def markers_near(view: View | None, step: float) -> list[Marker]:
@@ -44,29 +25,61 @@ def markers_near(view: View | None, step: float) -> list[Marker]:
     return [m for m in view.markers if abs(m.step - step) <= w]
 
 
-def readout_line(view: View, step: float) -> str:
-    """`▏step N` (and the x value off the step axis), up to six panel values, nearby markers."""
-    parts = [f"▏step {N.count(round(step))}"]
+def readout_line(view: View, step: int, values: dict[str, Logged], focused: str | None = None,
+                 width: int = 200) -> str:
+    """`▏step N` (and the x value off the step axis), what each chart logged there, nearby markers.
+
+    Each value is the one logged at that step, or at the step named after `@` when the key
+    was last logged before it (a key logged every 10 steps); `[min…max]` is its bucket's
+    envelope when the view is zoomed out. The focused chart comes first; as many as fit.
+    """
+    head = f"▏step {N.count(step)}"
     if view.axis is not None and view.axis.mode != "step":
-        parts[0] += f" ({view.axis.label} {N.sig(float(view.axis.x([step])[0]))})"
-    for panel in view.panels[:6]:
-        text = panel_readout(panel, step)
-        if text:
-            parts.append(text)
+        head += f" ({view.axis.label} {N.sig(float(view.axis.x([step])[0]))})"
+    parts = [head]
     near = markers_near(view, step)
-    if near:
-        parts.append(" ".join(("✕ " if m.kind == "anomaly" else "│ ") + m.label[:40] for m in near[:2]))
-    return inert("  ".join(parts), single_line=True)
+    tail = "  " + " ".join(("✕ " if m.kind == "anomaly" else "│ ") + m.label[:40] for m in near[:2]) if near else ""
+    keys = list(dict.fromkeys(p.key for p in view.panels))      # a curated key also shows in its section
+    if focused in keys:
+        keys.remove(focused)
+        keys.insert(0, focused)
+    used = len(head) + len(tail)
+    for key in keys:
+        text = f"{view.labels.get(key, key)} {value_text(values.get(key), step) if key in values else '…'}"
+        if used + len(text) + 2 > width and len(parts) > 1:
+            parts.append(f"+{len(keys) - len(parts) + 1} more")
+            break
+        parts.append(text)
+        used += len(text) + 2
+    return inert("  ".join(parts) + tail, single_line=True)
 
 
-def view_line(view: View, logy: bool) -> str:
+def page_line(view: View) -> str:
+    """`page 2/14 · 2×4 grid · 649 keys` (or the filter's match count)."""
+    p = view.params
+    parts = [f"page {view.page + 1}/{view.pages if view.total_keys is not None else '…'}", f"{p.cols}×{p.rows} grid"]
+    if p.pattern:
+        of = f" of {view.total_keys}" if view.total_keys is not None else ""
+        parts.append(f"{view.matched}{of} keys match")
+    elif view.total_keys is not None:
+        parts.append(f"{view.total_keys} keys")
+    else:
+        parts.append("listing keys…")
+    return " · ".join(parts)
+
+
+def view_line(view: View, logy: bool, logy_charts: int = 0) -> str:
     """x axis, smoothing, log-y, zoom window, overlays and filter, as one dim line."""
     p = view.params
     zoom = "full range" if p.lo is None and p.hi is None else f"steps {N.count(view.lo)}–{N.count(view.hi)}"
-    parts = [f"x: {view.axis.label if view.axis else p.xmode}", f"smoothing: {p.smoothing}",
-             f"log-y: {'on' if logy else 'off'}", zoom]
+    log = f"log-y: {'on' if logy else 'off'}" + (f" ({logy_charts} chart{'s' if logy_charts != 1 else ''} flipped)"
+                                                  if logy_charts else "")
+    parts = [f"x: {view.axis.label if view.axis else p.xmode}", f"smoothing: {p.smoothing}", log, zoom]
     if p.overlays:
         parts.append("overlays on")
+    if p.compare:
+        parts.append(f"comparing {len(p.compare)}")
     if p.pattern:
         parts.append(f"filter /{p.pattern}/")
+    parts.append(page_line(view))
     return " · ".join(parts)

@@ -1,21 +1,26 @@
 """The watch app's thread workers: everything that waits on the store or the network.
 
 Each reads through its own short connection and posts a message back (tui/messages.py);
-none touches a widget. `load` reads one frame and pre-builds the chart frames, `paint`
-rebuilds frames when only the cursor or log-y changed, `sync` appends to the store under
-the per-target sync lock, `explain` and `keys` feed the explain panel and the `/` filter.
+none touches a widget: what they need from the screen (sizes, the theme, the panels now
+shown) is captured on the UI thread when they start. `load` reads one page and builds the
+frames of the charts whose data or drawing changed, `paint` rebuilds frames when only the
+cursor or the drawing options changed, `sync` appends to the store under the per-target
+sync lock, `explain`, `keys` and `pane` feed the explain panel, paging and the run pane.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from marinctl.analysis.chart_data import Marker
+from textual.worker import get_current_worker
+
+from marinctl.analysis.chart_data import Logged, Marker, PanelData
 from marinctl.analysis.watch_view import View, ViewParams, build_view
 from marinctl.errors import MarinctlError, RuntimeFailure
 from marinctl.tui import messages as msg
-from marinctl.tui.charts import PaintOptions
+from marinctl.tui.charts import register_theme
+from marinctl.tui.paint import ChartState, spec_for, view_cursor
+from marinctl.tui.widgets.grid import chart_size_for
 
 if TYPE_CHECKING:
     from marinctl.tui.app import WatchApp
@@ -26,63 +31,77 @@ class Workers:
 
     # -- starting them (UI thread) ---------------------------------------------------------
     def reload(self: WatchApp) -> None:
-        self.run_worker(lambda p=self.params, o=self.options: self._load_worker(p, o), thread=True,
-                        exclusive=True, group="load", exit_on_error=False)
+        """Read the view again; while a read runs, one more is queued (never two at once)."""
+        if self._loading:
+            self._reload_pending = True
+            return
+        self._loading, self._reload_pending = True, False
+        self._generation += 1
+        job = self._paint_job()
+        self.run_worker(lambda p=self.params, g=self._generation, j=job: self._load_worker(p, g, j), thread=True,
+                        group="load", exit_on_error=False)
 
     def repaint(self: WatchApp) -> None:
-        self.run_worker(lambda o=self._options_for(self.options, self.view): self._paint_worker(o), thread=True,
-                        exclusive=True, group="paint", exit_on_error=False)
+        """New frames for the charts on screen (cursor, log-y, y range moved; the data did not)."""
+        if self.view is None:
+            return
+        job = self._paint_job()
+        self.run_worker(lambda v=self.view, j=job: self._paint_worker(v, j), thread=True, exclusive=True,
+                        group="paint", exit_on_error=False)
+
+    def _paint_job(self: WatchApp) -> dict[str, Any]:
+        """What a worker needs from the screen, read here on the UI thread."""
+        page = self._page
+        system = self._system_pane
+        old = {c.key: c.panel for c in list(page.charts.values()) + list(system.charts.values()) if c.panel is not None}
+        sizes = {c.key: (c.size.width, c.size.height) for c in page.charts.values() if c.size.width > 0}
+        return {"state": self.chart_state, "theme": register_theme(self), "page": (page.size.width, page.size.height),
+                "system": system.chart_size() if system.display else None, "old": old,
+                "values": dict(self.readout_values), "figures": self.figures,
+                "layout": page._layout, "sizes": sizes}
 
     def sync_now(self: WatchApp) -> None:
         if self._syncing or not self.sync_targets:
             return
         self._syncing = True
         self._header.syncing = True
+        self._header.redraw()
         self.run_worker(lambda t=list(self.sync_targets): self._sync_worker(t), thread=True, group="sync",
                         exit_on_error=False)
 
     def load_keys(self: WatchApp, ref: str | None) -> None:
-        self.run_worker(lambda r=ref: self._keys_worker(r), thread=True, group="keys", exit_on_error=False)
+        self.run_worker(lambda r=ref: self._keys_worker(r), thread=True, group="keys", exclusive=True,
+                        exit_on_error=False)
+
+    def load_pane(self: WatchApp) -> None:
+        self.run_worker(lambda r=self.params.ref: self._pane_worker(r), thread=True, group="pane", exclusive=True,
+                        exit_on_error=False)
 
     def explain_step(self: WatchApp, ref: str | None, step: int, nearby: list[Marker]) -> None:
         self.run_worker(lambda: self._explain_worker(ref, step, nearby), thread=True, group="explain",
                         exclusive=True, exit_on_error=False)
 
-    def _options_for(self: WatchApp, options: PaintOptions, view: View | None) -> PaintOptions:
-        if self.cursor_step is None and view is not None and view.panels:
-            return replace(options, cursor_step=None)
-        return replace(options, cursor_step=self.cursor_step)
-
     # -- the workers (threads) -------------------------------------------------------------
-    def _load_worker(self: WatchApp, params: ViewParams, options: PaintOptions) -> None:
+    def _load_worker(self: WatchApp, params: ViewParams, generation: int, job: dict[str, Any]) -> None:
+        from marinctl.store.series import data_version
+
         try:
+            with self.store.connect() as con:
+                version = data_version(con)
             view = build_view(self.store, params)
         except Exception as exc:  # noqa: BLE001
-            self.call_from_thread(self.notify, f"could not read the store: {exc}", severity="error")
+            self.post_message(msg.ViewLoaded(None, {}, generation, error=f"could not read the store: {exc}"))
             return
-        frames: dict[str, Any] = {}
-        charts = dict(self._charts())
-        axis = view.axis
-        for panel in view.panels:
-            chart = charts.get(panel.key)
-            if chart is None or axis is None or chart.size.width <= 0:
-                continue
-            size = (chart.size.width, chart.size.height)
-            frames[panel.key] = (size, chart.prepare(panel, axis, self._options_for(options, view), size))
-        self.post_message(msg.ViewLoaded(view, frames))
+        _keep_unchanged(view, job["old"])
+        values = _exact_values(self.store, view, job["state"], job["values"])
+        frames = _frames(view, job, values)
+        self.post_message(msg.ViewLoaded(view, frames, generation, version, values=values))
 
-    def _paint_worker(self: WatchApp, options: PaintOptions) -> None:
-        view = self.view
-        if view is None or view.axis is None:
+    def _paint_worker(self: WatchApp, view: View, job: dict[str, Any]) -> None:
+        values = _exact_values(self.store, view, job["state"], job["values"])
+        if get_current_worker().is_cancelled:
             return
-        frames = {}
-        for key, chart in dict(self._charts()).items():
-            panel = next((p for p in view.panels if p.key == key), None)
-            if panel is None or chart.size.width <= 0:
-                continue
-            size = (chart.size.width, chart.size.height)
-            frames[key] = (size, chart.prepare(panel, view.axis, options, size))
-        self.post_message(msg.FramesReady(options, frames))
+        self.post_message(msg.FramesReady(_frames(view, job, values), values=values, view=view))
 
     def _sync_worker(self: WatchApp, targets: list[str]) -> None:
         from marinctl.store import synclock
@@ -123,12 +142,79 @@ class Workers:
 
     def _keys_worker(self: WatchApp, ref: str | None) -> None:
         from marinctl.store.lineage import resolve_target
-        from marinctl.store.metrics import run_keys
+        from marinctl.store.series import keys_of
 
         try:
             with self.store.connect() as con:
-                target = resolve_target(con, ref, stitched=True)
-                keys = run_keys(con, target.run_pks)
-        except Exception:  # noqa: BLE001 — the filter then computes keys itself
+                keys = keys_of(con, resolve_target(con, ref, stitched=True).run_pks)
+        except Exception:  # noqa: BLE001 — the grid then shows the curated page only
             return
-        self.post_message(msg.KeysLoaded(keys))
+        self.post_message(msg.KeysLoaded(ref, keys))
+
+    def _pane_worker(self: WatchApp, ref: str | None) -> None:
+        from marinctl.analysis.run_panes import run_pane
+        from marinctl.store.lineage import resolve_target
+
+        try:
+            with self.store.connect() as con:
+                pane = run_pane(con, resolve_target(con, ref, stitched=True))
+        except Exception:  # noqa: BLE001 — the pane says it has nothing
+            pane = None
+        self.post_message(msg.PaneLoaded(pane))
+
+
+def _keep_unchanged(view: View, old: dict[str, PanelData]) -> None:
+    """Hand back the previous panel object where the data is the same: its chart is then not redrawn."""
+    for panels in (view.panels, view.system_panels):
+        for i, panel in enumerate(panels):
+            prev = old.get(panel.key)
+            if prev is not None and prev.same_as(panel):
+                panels[i] = prev
+
+
+def _exact_values(store, view: View, state: ChartState, known: dict[str, Logged]) -> dict[str, Logged]:
+    """What the cursor reads on each chart: from the envelopes when they can tell, else from the store."""
+    from marinctl.store.series import values_at_or_before
+
+    if view.error or view.axis is None:
+        return {}
+    step = view_cursor(view, state)
+    values = view.readout(step)
+    missing = [p.key for p in view.panels + view.system_panels if p.key not in values]
+    if not missing:
+        return values
+    try:
+        from marinctl.store.lineage import resolve_target
+
+        with store.connect() as con:
+            target = resolve_target(con, view.params.ref, stitched=True)
+            got = values_at_or_before(con, target.segments, missing, step, since=view.lo)
+    except Exception:  # noqa: BLE001 — the readout then says '…' for those keys
+        return values
+    panels = {p.key: p for p in view.panels + view.system_panels}
+    for key, (s, v) in got.items():
+        env = panels[key].envelope_around(s)
+        values[key] = Logged(s, v, *(env or (None, None)))
+    return values
+
+
+def _frames(view: View, job: dict[str, Any], values: dict[str, Logged]) -> dict[str, Any]:
+    """Frames for every chart of the view at the size it will have on screen."""
+    if view.error or view.axis is None:
+        return {}
+    out = {}
+    headers = len(view.sections)
+    size = chart_size_for(*job["page"], view.params.cols, view.params.rows, headers)
+    # the grid gives the odd column(s) one cell more: on an unchanged layout use each chart's real size
+    same = job["layout"] == (view.params.cols, view.params.rows, headers)
+    sized = [(p, job["sizes"].get(p.key, size) if same else size) for p in view.panels]
+    if job["system"] is not None:
+        sized += [(p, job["system"]) for p in view.system_panels]
+    worker = get_current_worker()
+    for panel, sz in sized:
+        if worker.is_cancelled:
+            break
+        spec = spec_for(view, panel.key, job["state"], values, job["theme"])
+        out[panel.key] = job["figures"].frame(panel, view.axis, spec, sz)
+    return out
+

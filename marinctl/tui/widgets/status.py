@@ -15,15 +15,26 @@ _STATE_STYLE = {"live": "bold green", "stale": "yellow", "crashed": "bold red", 
 
 
 class StatusHeader(Static):
-    """Two lines: the run's progress, then the view settings and sync state."""
+    """Three lines: the run's progress; rates, data phase and how the view stays current; the view settings.
+
+    How it stays current: `following run-x.wandb · updated 2 s ago` for a local run tailed
+    live, `W&B every 30 s · synced 12 s ago` for a remote one, `store as is` otherwise. It
+    redraws only when its text changes (the age ticks once a second while it is young).
+    """
 
     def __init__(self, **kw) -> None:
         super().__init__("", **kw)
         self.stats: HeaderStats | None = None
         self.view_line = ""
-        self.synced_at: float | None = None        # monotonic-free wall clock of the last good sync
-        self.offline_since: str | None = None      # cache time shown when the last sync failed
+        self.synced_at: float | None = None        # wall clock of the last good sync / live update
+        self.offline_since: str | None = None      # what the view shows when the last sync failed
         self.syncing = False
+        self.mode = "store"                        # 'follow' | 'poll' | 'store'
+        self.interval = 30.0                       # the polite poll interval (remote runs)
+        self.follow_text = ""                      # what the follower says (file, progress, waiting)
+        self.starting: str | None = None           # demo: what is starting, until a run shows
+        self.started_at = time.time()
+        self._shown: str | None = None
 
     def update_stats(self, stats: HeaderStats | None, view_line: str) -> None:
         self.stats, self.view_line = stats, view_line
@@ -32,17 +43,28 @@ class StatusHeader(Static):
     def sync_line(self, now: float | None = None) -> str:
         now = now if now is not None else time.time()
         if self.offline_since is not None:
-            return f"offline — showing cache from {self.offline_since}"
-        if self.synced_at is None:
-            return "syncing…" if self.syncing else "not synced yet"
-        ago = max(0, int(now - self.synced_at))
-        text = f"synced {ago} s ago" if ago < 120 else f"synced {ago // 60} min ago"
-        return text + (" · syncing…" if self.syncing else "")
+            return f"offline — {self.offline_since}"
+        if self.mode == "follow":
+            text = self.follow_text or "following the run's file"
+            if self.synced_at is not None:
+                text += f" · updated {_age(now - self.synced_at)}"
+            return text
+        if self.mode == "poll":
+            text = f"W&B every {self.interval:g} s"
+            if self.synced_at is None:
+                return text + (" · syncing…" if self.syncing else " · not synced yet")
+            return text + f" · synced {_age(now - self.synced_at)}" + (" · syncing…" if self.syncing else "")
+        if self.synced_at is not None:
+            return f"synced {_age(now - self.synced_at)}" + (" · syncing…" if self.syncing else "")
+        return "syncing…" if self.syncing else "not syncing (the store as is)"
 
     def redraw(self) -> None:
         lines = [Text(), Text()]
         if self.stats is None:
-            lines[0].append("no run to show yet", style="dim")
+            if self.starting:
+                lines[0].append(f"{self.starting} {int(time.time() - self.started_at)} s", style="bold")
+            else:
+                lines[0].append("no run to show yet", style="dim")
         else:
             cells = header_cells(self.stats)
             for i, (label, value) in enumerate(cells):
@@ -54,7 +76,18 @@ class StatusHeader(Static):
                 line.append(inert(value, single_line=True), style=style)
         lines[1].append(("  " if lines[1].plain else "") + self.sync_line(), style="italic")
         lines.append(Text(self.view_line, style="dim"))
-        self.update(Text("\n").join(lines))
+        for line in lines:                      # one line each, cut with … rather than wrapped
+            line.no_wrap, line.overflow = True, "ellipsis"
+        text = Text("\n").join(lines)
+        text.no_wrap, text.overflow = True, "ellipsis"
+        if text.markup != self._shown:          # an unchanged header is never re-laid out
+            self._shown = text.markup
+            self.update(text)
+
+
+def _age(seconds: float) -> str:
+    s = max(0, int(seconds))
+    return f"{s} s ago" if s < 120 else f"{s // 60} min ago"
 
 
 def header_cells(stats: HeaderStats) -> list[tuple[str, str]]:

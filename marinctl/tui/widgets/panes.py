@@ -1,0 +1,98 @@
+"""The side panes: the run pane (`i`: overview, config, summary, console, searchable) and system metrics (`m`)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.widgets import Input, Static
+
+from marinctl.analysis.run_panes import RunPane, Row, matching_rows
+from marinctl.text import inert
+from marinctl.tui.charts import MetricChart
+
+SYSTEM_CHART_HEIGHT = 8
+
+
+def _table(rows: list[Row]) -> Table:
+    table = Table.grid(padding=(0, 1))
+    table.add_column(style="dim", no_wrap=True, max_width=28, overflow="ellipsis")
+    table.add_column(overflow="fold")
+    for key, value in rows:
+        table.add_row(inert(key, single_line=True), inert(value, single_line=True)[:400])
+    return table
+
+
+class RunPaneView(Vertical):
+    """Overview, then config and summary rows filtered by the search box (substring or regex)."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.pane: RunPane | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Input(placeholder="search config, summary and console", id="pane-search")
+        with VerticalScroll(id="pane-body"):
+            yield Static("loading the run…", id="pane-overview")
+            yield Static("", id="pane-config")
+            yield Static("", id="pane-summary")
+            yield Static("", id="pane-console")
+
+    def show(self, pane: RunPane | None) -> None:
+        self.pane = pane
+        self.border_title = f"run · {inert(pane.run, single_line=True)}" if pane else "run"
+        self._draw()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self._draw()
+
+    def _draw(self) -> None:
+        pane = self.pane
+        if pane is None:
+            return
+        query = self.query_one("#pane-search", Input).value.strip()
+        self.query_one("#pane-overview", Static).update(_table(pane.overview))
+        for name, rows in (("config", pane.config), ("summary", pane.summary), ("console", pane.console)):
+            shown = matching_rows(rows, query)
+            count = f"{len(shown)} of {len(rows)}" if query else f"{len(rows)}"
+            title = Text(f"\n{name.capitalize()} ({count})", style="bold")
+            body = _table(shown) if shown else Text("nothing matches" if rows else "nothing stored", style="dim")
+            self.query_one(f"#pane-{name}", Static).update(_stack(title, body))
+
+
+def _stack(*parts) -> Table:
+    grid = Table.grid()
+    for p in parts:
+        grid.add_row(p)
+    return grid
+
+
+class SystemPane(Vertical):
+    """System metrics (GPU, CPU, memory, network …) of the run, one small chart each."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.charts: dict[str, MetricChart] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="system-note")
+        yield VerticalScroll(id="system-charts")
+
+    def show_keys(self, keys: list[str], note: str) -> dict[str, MetricChart]:
+        """Charts for `keys` (kept when the keys are the same); `note` when there are none."""
+        self.query_one("#system-note", Static).update(Text(note, style="dim"))
+        self.query_one("#system-note", Static).display = bool(note)
+        if list(self.charts) != keys:
+            box = self.query_one("#system-charts", VerticalScroll)
+            box.remove_children()
+            self.charts = {k: MetricChart(k, classes="system-chart") for k in keys}
+            for chart in self.charts.values():
+                chart.styles.height = SYSTEM_CHART_HEIGHT
+            if self.charts:
+                box.mount_all(list(self.charts.values()))
+        return self.charts
+
+    def chart_size(self) -> tuple[int, int]:
+        return max(10, self.size.width - 1), SYSTEM_CHART_HEIGHT

@@ -1,0 +1,122 @@
+"""`watch` on a `.wandb` run while it is being written (issue 17 #4): a new step is on screen
+within 2 s of reaching the file, `r` reads the file at once, and the run pane shows what the
+run printed.
+
+A real wandb SDK run (offline, SYNTHETIC) is written by a subprocess that pauses on a signal
+file; the app tails the file through the sync pipeline's follower. The clock starts when the
+file grows with the new step's record (what the writer has flushed is all anyone can read).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.watch_pilot import open_watch, run_test, screen, wait_for_text
+
+pytestmark = pytest.mark.asyncio
+
+LATE_STEP = 1000
+
+WRITER = textwrap.dedent(r'''
+    import os, sys, time
+    import wandb
+    out = sys.argv[1]
+    run = wandb.init(mode="offline", dir=out, project="synthetic-live", name="synthetic-live",
+                     config={"trainer": {"num_train_steps": 2000}},
+                     settings=wandb.Settings(x_disable_stats=True, x_transaction_log_flush_interval=0.1))
+    for s in range(30):
+        run.log({"train/loss": 5.0 - s * 0.01, "grad/norm/total": 1.0}, step=s, commit=True)
+    print("synthetic console line: warm-up done", flush=True)
+    def wait(name):
+        deadline = time.time() + 60
+        while not os.path.exists(os.path.join(out, name)) and time.time() < deadline:
+            time.sleep(0.02)
+    wait("go")
+    run.log({"train/loss": 4.0, "grad/norm/total": 0.5}, step=%d, commit=True)
+    wait("stop")
+    run.finish()
+    wandb.teardown()
+''' % LATE_STEP)
+
+
+def run_file(out: Path) -> Path | None:
+    found = sorted(out.glob("wandb/*/*.wandb"))
+    return found[0] if found else None
+
+
+async def test_a_step_written_live_is_on_screen_within_two_seconds(store, tmp_path):
+    out = tmp_path / "live"
+    out.mkdir()
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(out)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 90
+        while (run_file(out) is None or run_file(out).stat().st_size < 2000) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            time.sleep(0.1)
+        path = run_file(out)
+        assert path is not None, "the SDK wrote no .wandb file"
+        app = open_watch(store.path, str(out / "wandb"), autosync=True)
+        async with run_test(app) as pilot:
+            text = await wait_for_text(pilot, "▏step 29", "following", timeout=30)
+            assert "every 0.5 s" in text                     # the header says how it stays current
+            size = path.stat().st_size
+            (out / "go").touch()
+            while path.stat().st_size == size:              # the new step's record reaches the file
+                assert time.monotonic() < deadline and proc.poll() is None
+                await pilot.pause(0.01)
+            written = time.monotonic()
+            await wait_for_text(pilot, f"▏step {LATE_STEP:,}", timeout=10)
+            lag = time.monotonic() - written
+            assert lag <= 2.0, f"step {LATE_STEP} took {lag:.2f} s to reach the screen"
+            (out / "stop").touch()
+            _, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, err.decode()
+            await pilot.press("r")                           # `r`: read the file now (the run finished)
+            await wait_for_text(pilot, "reading the run's file now")
+            await wait_for_text(pilot, "finished", timeout=10)
+            assert f"step {LATE_STEP:,}" in screen(app)
+            await pilot.press("i")                           # the run pane ends with what the run printed
+            await wait_for_text(pilot, "Console (", "warm-up done", timeout=10)
+    finally:
+        (out / "go").touch()
+        (out / "stop").touch()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+async def test_demo_first_frame_says_what_is_starting_until_steps_arrive(store, tmp_path):
+    """`marinctl demo` opens watch before its trainer has written anything (issue 14 #6)."""
+    from marinctl.tui.app import WatchApp
+
+    out = tmp_path / "demo"
+    out.mkdir()
+    app = WatchApp(str(out / "wandb"), 30, store=store, starting="starting the rung1 proxy…")
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    proc = None
+    try:
+        async with run_test(app) as pilot:
+            text = await wait_for_text(pilot, "starting the rung1 proxy…", "as soon as the first steps are written")
+            assert "holds no runs" not in text and "marinctl demo" not in text
+            proc = subprocess.Popen([sys.executable, "-c", WRITER, str(out)], env=env,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            text = await wait_for_text(pilot, "▏step 29", timeout=90)
+            assert "starting the rung1 proxy" not in text
+    finally:
+        (out / "go").touch()
+        (out / "stop").touch()
+        if proc is not None:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
