@@ -1,4 +1,4 @@
-"""Mirror W&B runs: metadata, then history — exported parquet parts kept as they are, the rest in step windows.
+"""Mirror W&B runs: metadata, system metrics, then history — exported parquet parts kept as they are, the rest in step windows.
 
 Resumability is the design constraint: a sync killed at any moment (Ctrl-C, SIGKILL) must
 lose nothing and resume without duplicates. Every unit of work — a registered parquet part
@@ -21,6 +21,10 @@ every row they logged themselves; W&B also serves the parent's rows below (and, 
 that did not log it, at) the fork step, which stay the parent's (see store/lineage.py). A
 finished run whose state, last step and heartbeat are unchanged since it was fully mirrored
 costs its one metadata request and nothing more.
+
+System metrics (`events`) are W&B's sampled stream, not a log to page through: the latest
+sample set replaces the stored one, asked for only when the run's metadata moved since the
+stored set was fetched (store/system.py keeps what it was fetched for, in the same transaction).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from marinctl.errors import RuntimeFailure, UserError
 from marinctl.sources import wandb_parquet
 from marinctl.sources.wandb import WandbClient
 from marinctl.sources.wandb_rows import batch_from_rows, max_step
-from marinctl.store import Store, anomalies, metrics, parts, runs, state
+from marinctl.store import Store, anomalies, metrics, parts, runs, state, system
 from marinctl.sync.targets import Plan
 
 TARGET_VALUES_PER_PAGE = 200_000
@@ -106,6 +110,7 @@ def sync_run(store: Store, client: WandbClient, run: RunInfo, *, progress: Progr
             mark = min(mark, lost) if mark is not None else lost
             state.set_history_mark(con, run.uid, mark)
         parts.collect_garbage(con, run.uid)   # files a killed sync left, or parts just dropped
+    _sync_system(store, client, run, run_pk)
     floor = run.fork_step if run.fork_step is not None else 0
     remote_last = run.remote_last_step
     result = RunSyncResult(run=run.run_id, uid=run.uid, rows_added=0, first_step=None, last_step=last_step)
@@ -164,6 +169,18 @@ def sync_run(store: Store, client: WandbClient, run: RunInfo, *, progress: Progr
     with store.connect() as con:
         result.first_step, result.last_step = metrics.step_range(con, [(run_pk, None, None)])
     return result
+
+
+def _sync_system(store: Store, client: WandbClient, run: RunInfo, run_pk: int) -> None:
+    """The run's system metrics, W&B's latest sample set replacing the stored one — fetched only
+    when the run moved (state, heartbeat, last step) since the stored set was fetched."""
+    seen = f"{run.state}|{run.heartbeat_at.isoformat() if run.heartbeat_at else ''}|{run.remote_last_step}"
+    with store.connect() as con:
+        if system.fetched_for(con, run_pk) == seen:
+            return
+    got = client.system_events(run.entity, run.project, run.run_id)
+    with store.transaction() as con:
+        system.replace_samples(con, run_pk, got, seen)
 
 
 def _sync_parts(store: Store, client: WandbClient, run: RunInfo, run_pk: int, export: wandb_parquet.Export,

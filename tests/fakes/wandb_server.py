@@ -35,7 +35,8 @@ operation is kept in `server.queries`):
   every parquet row (None where the key is missing), not only rows holding the keys.
 - `run.history(samples=N)` sends `RunFullHistory { history(samples:) }` (JSON strings);
   with `keys=` it sends `RunSampledHistory { sampledHistory(specs:) }` (objects);
-  `stream="system"` asks for `events(samples:)`.
+  `stream="system"` asks for `RunFullHistory { events(samples:) }` (JSON strings, `system.*` keys
+  plus `_timestamp`, `_runtime`, `_wandb`; served by `wandb_history.system_events`).
 
 Conventions: times are ISO 8601 UTC with `Z`; `config` is a JSONString of
 `{key: {"value": v, "desc": null}}` plus `_wandb`; `summaryMetrics`/`systemMetrics` are
