@@ -9,7 +9,8 @@
   while the run is still being written (watch's live local follow).
 - Remote: the fake W&B server's `events` stream (real shape; checked against the wandb SDK's
   `run.history(stream="system")`) synced through the CLI equals what the SDK reads, is shown
-  by `m`, and a sync killed at the events request or just after it resumes to the same set.
+  by `m`, and a sync killed before or at the events request (asked after the history) resumes
+  to the same set.
 All runs are SYNTHETIC.
 """
 
@@ -245,8 +246,8 @@ def test_a_running_remote_run_gets_its_latest_sample_set(remote, cli):
     assert_same_samples(stored_samples(cli, run.run_id), sdk_system_rows(server.url, f"{E}/{P}/{run.run_id}"))
 
 
-@pytest.mark.parametrize("op", ["RunSystemEvents", "HistoryPage"])
-def test_a_sync_killed_at_or_after_the_events_request_resumes_to_the_same_set(tmp_path, cli, monkeypatch, op):
+@pytest.mark.parametrize("op", ["HistoryPage", "RunSystemEvents"])
+def test_a_sync_killed_before_or_at_the_events_request_resumes_to_the_same_set(tmp_path, cli, monkeypatch, op):
     run = _remote_run("events-kill-synthetic")
     fired = threading.Event()
     pid: list[int] = []

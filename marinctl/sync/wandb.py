@@ -1,4 +1,5 @@
-"""Mirror W&B runs: metadata, system metrics, then history — exported parquet parts kept as they are, the rest in step windows.
+"""Mirror W&B runs: metadata, history — exported parquet parts kept as they are, the rest in step
+windows — then system metrics.
 
 Resumability is the design constraint: a sync killed at any moment (Ctrl-C, SIGKILL) must
 lose nothing and resume without duplicates. Every unit of work — a registered parquet part
@@ -97,7 +98,15 @@ def remote_runs(client: WandbClient, plan: Plan) -> list[RunInfo]:
 
 def sync_run(store: Store, client: WandbClient, run: RunInfo, *, progress: Progress | None = None,
              use_parquet: bool = True) -> RunSyncResult:
-    """Bring one run's metadata and history up to date; safe to interrupt at any point."""
+    """Bring one run's metadata, history and system metrics up to date; safe to interrupt at any point."""
+    result = _sync_history(store, client, run, progress=progress, use_parquet=use_parquet)
+    _sync_system(store, client, run)
+    return result
+
+
+def _sync_history(store: Store, client: WandbClient, run: RunInfo, *, progress: Progress | None,
+                  use_parquet: bool) -> RunSyncResult:
+    """The run's metadata, then its history from the watermark (parts, then windows)."""
     with store.transaction() as con:
         before = runs.sync_facts(con, run.uid)
         run_pk = runs.upsert_run(con, run)
@@ -110,7 +119,6 @@ def sync_run(store: Store, client: WandbClient, run: RunInfo, *, progress: Progr
             mark = min(mark, lost) if mark is not None else lost
             state.set_history_mark(con, run.uid, mark)
         parts.collect_garbage(con, run.uid)   # files a killed sync left, or parts just dropped
-    _sync_system(store, client, run, run_pk)
     floor = run.fork_step if run.fork_step is not None else 0
     remote_last = run.remote_last_step
     result = RunSyncResult(run=run.run_id, uid=run.uid, rows_added=0, first_step=None, last_step=last_step)
@@ -171,12 +179,13 @@ def sync_run(store: Store, client: WandbClient, run: RunInfo, *, progress: Progr
     return result
 
 
-def _sync_system(store: Store, client: WandbClient, run: RunInfo, run_pk: int) -> None:
+def _sync_system(store: Store, client: WandbClient, run: RunInfo) -> None:
     """The run's system metrics, W&B's latest sample set replacing the stored one — fetched only
     when the run moved (state, heartbeat, last step) since the stored set was fetched."""
     seen = f"{run.state}|{run.heartbeat_at.isoformat() if run.heartbeat_at else ''}|{run.remote_last_step}"
     with store.connect() as con:
-        if system.fetched_for(con, run_pk) == seen:
+        run_pk = runs.pk_of(con, run.uid)
+        if run_pk is None or system.fetched_for(con, run_pk) == seen:
             return
     got = client.system_events(run.entity, run.project, run.run_id)
     with store.transaction() as con:
