@@ -22,6 +22,7 @@ from marinctl.store import system as system_store
 from marinctl.store.lineage import Target
 
 PLACEMENT = "x: the step at each sample's time (the run's _timestamp); samples outside logged steps not drawn"
+TIME_BINS_PER_BUCKET = 4   # time bins read per step bucket: finer than the buckets they are gathered into
 FIRST = ("system.gpu.", "system.cpu", "system.memory", "system.proc.", "system.disk.", "system.network.")
 
 
@@ -42,8 +43,7 @@ def stored_keys(con: Connection, target: Target) -> list[str]:
 def system_panels(con: Connection, target: Target, keys: list[str], lo: int, hi: int, axis: Axis, *,
                   buckets: int = 200, smoothing: str = "ema") -> SystemPanels:
     """One panel per stored system key over steps [lo, hi], bucketed as the main charts are."""
-    steps: dict[str, list[np.ndarray]] = {k: [] for k in keys}
-    values: dict[str, list[np.ndarray]] = {k: [] for k in keys}
+    parts: dict[str, list[tuple[np.ndarray, np.ndarray, system_store.Bins]]] = {k: [] for k in keys}
     for run_pk, s_lo, s_hi in target.segments:
         a = lo if s_lo is None else max(lo, s_lo)
         b = hi + 1 if s_hi is None else min(hi + 1, s_hi)
@@ -52,15 +52,12 @@ def system_panels(con: Connection, target: Target, keys: list[str], lo: int, hi:
         at_step, at_time = _clock(con, run_pk, a, b)
         if len(at_step) < 2:
             continue
-        for key, (t, v) in system_store.samples(con, run_pk, keys, at_time[0], at_time[-1]).items():
-            steps[key].append(np.interp(t, at_time, at_step))
-            values[key].append(v)
-    panels = []
-    for key in keys:
-        s = np.concatenate(steps[key]) if steps[key] else np.empty(0)
-        v = np.concatenate(values[key]) if values[key] else np.empty(0)
-        panels.append(_panel(key, s, v, lo, hi, axis, buckets, smoothing))
-    return SystemPanels([p for p in panels if len(p)], PLACEMENT)
+        got = system_store.binned(con, run_pk, keys, at_time[0], at_time[-1], TIME_BINS_PER_BUCKET * buckets)
+        for key, bins in got.items():
+            placed = (np.interp(bins.t_first, at_time, at_step), np.interp(bins.t_last, at_time, at_step))
+            parts[key].append((*placed, bins))
+    panels = [_panel(key, parts[key], lo, hi, axis, buckets, smoothing) for key in keys if parts[key]]
+    return SystemPanels(panels, PLACEMENT)
 
 
 def _clock(con: Connection, run_pk: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
@@ -78,23 +75,29 @@ def _clock(con: Connection, run_pk: int, lo: int, hi: int) -> tuple[np.ndarray, 
     return s[keep], t[keep]
 
 
-def _panel(key: str, steps: np.ndarray, values: np.ndarray, lo: int, hi: int, axis: Axis,
-           buckets: int, smoothing: str) -> PanelData:
-    """Samples bucketed over [lo, hi] like `store.metrics.downsample`: min/max envelope, mean, last."""
-    order = np.argsort(steps, kind="stable")
-    steps, values = steps[order], values[order]
+def _panel(key: str, parts: list, lo: int, hi: int, axis: Axis, buckets: int, smoothing: str) -> PanelData:
+    """Time bins placed at their steps, gathered into the view's step buckets (as `store.metrics.downsample`
+    buckets history): finite min/max envelope, mean, the last sample's value and step."""
+    first = np.concatenate([p[0] for p in parts])
+    last_step = np.concatenate([p[1] for p in parts])
+    cat = lambda name: np.concatenate([getattr(p[2], name) for p in parts])  # noqa: E731
+    vmin, vmax, vsum, finite, count, last = (cat(n) for n in ("vmin", "vmax", "vsum", "finite", "count", "last"))
+    order = np.argsort(last_step, kind="stable")
+    first, last_step, vmin, vmax, vsum, finite, count, last = (
+        a[order] for a in (first, last_step, vmin, vmax, vsum, finite, count, last))
     width = max(1.0, (hi + 1 - lo) / max(1, int(buckets)))
-    b = np.floor((steps - lo) / width).astype(np.int64)
-    starts = np.flatnonzero(np.concatenate([[True], np.diff(b) != 0])) if len(b) else np.empty(0, np.int64)
-    ends = np.append(starts[1:], len(b)).astype(np.int64)
-    finite = np.isfinite(values)
-    vmin, vmax, mean = (np.full(len(starts), np.nan) for _ in range(3))
-    for i, (s, e) in enumerate(zip(starts, ends)):
-        f = values[s:e][finite[s:e]]
-        if len(f):
-            vmin[i], vmax[i], mean[i] = f.min(), f.max(), f.mean()
-    step_lo, step_hi = steps[starts], steps[ends - 1]
+    b = np.floor((last_step - lo) / width).astype(np.int64)
+    starts = np.flatnonzero(np.concatenate([[True], np.diff(b) != 0]))
+    ends = np.append(starts[1:], len(b))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        n_finite = np.add.reduceat(finite, starts)
+        mean = np.where(n_finite > 0, np.add.reduceat(np.nan_to_num(vsum), starts) / np.maximum(n_finite, 1), np.nan)
+    lo_env = np.fmin.reduceat(vmin, starts)
+    hi_env = np.fmax.reduceat(vmax, starts)
+    step_lo = np.minimum.reduceat(first, starts)
+    step_hi = last_step[ends - 1]
+    n = np.add.reduceat(count, starts)
     centre = (step_lo + step_hi) / 2.0
-    return PanelData(key=key, steps=centre, x=axis.x(centre), vmin=vmin, vmax=vmax, line=smooth(mean, smoothing),
-                     axis_label=axis.label, raw=mean, nonfinite=int((~finite).sum()), step_lo=step_lo,
-                     step_hi=step_hi, last=values[ends - 1], count=(ends - starts).astype(np.int64))
+    return PanelData(key=key, steps=centre, x=axis.x(centre), vmin=lo_env, vmax=hi_env, line=smooth(mean, smoothing),
+                     axis_label=axis.label, raw=mean, nonfinite=int((n - n_finite).sum()), step_lo=step_lo,
+                     step_hi=step_hi, last=last[ends - 1], count=n.astype(np.int64))

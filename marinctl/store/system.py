@@ -4,6 +4,8 @@ They are sampled by wall time, not logged at steps, so they live in their own ta
 (`system_samples`, keys interned in `system_keys`; migration 0004), never in history: exports
 and history reads are unchanged by them. Keys are W&B's remote spelling, `system.<key>`.
 
+Reads come binned by time (`binned`): a chart's worth of rows, however long the run sampled.
+
 Two writers, both idempotent:
 - a local `.wandb` window adds its samples in the transaction that moves the file's read
   position (sync/local.py); a window read again (a replaced file) replaces its own
@@ -15,6 +17,7 @@ Two writers, both idempotent:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import duckdb
@@ -35,7 +38,8 @@ def _batch(samples: Sequence[Sample]) -> pa.Table:
 
 def _insert(con: duckdb.DuckDBPyConnection, run_pk: int) -> None:
     """Insert the registered `_sys` batch for `run_pk` (keys interned first), ordered by key then time."""
-    con.execute("INSERT INTO system_keys (key) SELECT DISTINCT key FROM _sys WHERE key NOT IN (SELECT key FROM system_keys)")
+    con.execute("INSERT INTO system_keys (key) SELECT DISTINCT key FROM _sys"
+                " WHERE key NOT IN (SELECT key FROM system_keys)")
     con.execute("INSERT INTO system_samples SELECT ?, k.key_id, b.time, b.value FROM _sys b"
                 " JOIN system_keys k USING (key) ORDER BY k.key_id, b.time", [run_pk])
 
@@ -90,27 +94,46 @@ def keys(con: duckdb.DuckDBPyConnection, run_pks: Sequence[int]) -> list[str]:
     return [r[0] for r in rows]
 
 
-def samples(con: duckdb.DuckDBPyConnection, run_pk: int, wanted: Sequence[str], t_lo: float | None = None,
-            t_hi: float | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """{key: (times, values)} of one run, sorted by time, within [t_lo, t_hi] when given."""
-    if not wanted:
+@dataclass
+class Bins:
+    """One key's samples over a time range in equal time bins (only bins holding samples): each
+    bin's first and last sample time, finite min/max/sum and count, all-sample count, last value."""
+
+    t_first: np.ndarray
+    t_last: np.ndarray
+    vmin: np.ndarray
+    vmax: np.ndarray
+    vsum: np.ndarray
+    finite: np.ndarray
+    count: np.ndarray
+    last: np.ndarray
+
+
+def binned(con: duckdb.DuckDBPyConnection, run_pk: int, wanted: Sequence[str], t_lo: float, t_hi: float,
+           bins: int) -> dict[str, Bins]:
+    """{key: Bins} of one run within [t_lo, t_hi], in at most `bins` time bins, in ONE scan.
+
+    A chart never needs more than its buckets' worth of rows, however long the run sampled: a
+    bin holding one sample is that sample exactly, and min/max keep every spike.
+    """
+    if not wanted or t_hi < t_lo:
         return {}
-    sql = ("SELECT k.key, s.time, s.value FROM system_samples s JOIN system_keys k USING (key_id)"
-           f" WHERE s.run_pk = ? AND k.key IN ({','.join('?' * len(wanted))})")
-    params: list = [run_pk, *wanted]
-    if t_lo is not None:
-        sql += " AND s.time >= ?"
-        params.append(float(t_lo))
-    if t_hi is not None:
-        sql += " AND s.time <= ?"
-        params.append(float(t_hi))
-    got = con.execute(sql + " ORDER BY k.key, s.time", params).fetchnumpy()
-    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    names = list(got["key"])
-    times, values = np.asarray(got["time"], np.float64), np.asarray(got["value"], np.float64)
-    start = 0
-    for i in range(1, len(names) + 1):
-        if i == len(names) or names[i] != names[start]:
-            out[names[start]] = (times[start:i], values[start:i])
-            start = i
+    width = max((t_hi - t_lo) / max(1, int(bins)), 1e-9)
+    got = con.execute(f"""
+        SELECT k.key, min(s.time), max(s.time),
+               min(s.value) FILTER (WHERE isfinite(s.value)), max(s.value) FILTER (WHERE isfinite(s.value)),
+               sum(s.value) FILTER (WHERE isfinite(s.value)), count(*) FILTER (WHERE isfinite(s.value)),
+               count(*), arg_max(s.value, s.time)
+        FROM system_samples s JOIN system_keys k USING (key_id)
+        WHERE s.run_pk = ? AND k.key IN ({','.join('?' * len(wanted))}) AND s.time >= ? AND s.time <= ?
+        GROUP BY k.key, CAST(floor((s.time - ?) / ?) AS BIGINT) ORDER BY 1, 2
+    """, [run_pk, *wanted, float(t_lo), float(t_hi), float(t_lo), width]).fetchall()
+    rows: dict[str, list] = {}
+    for row in got:
+        rows.setdefault(row[0], []).append(row[1:])
+    out = {}
+    for key, kept in rows.items():
+        cols = list(zip(*kept))
+        f = lambda i: np.array([np.nan if v is None else v for v in cols[i]], np.float64)  # noqa: E731
+        out[key] = Bins(f(0), f(1), f(2), f(3), f(4), np.array(cols[5], np.int64), np.array(cols[6], np.int64), f(7))
     return out
