@@ -244,6 +244,7 @@ class WandbServer:
         self.unknown: list[str] = []                 # validation errors: fields the schema lacks
         self.queries: dict[str, str] = {}            # operation name -> last query text seen
         self.auth_requests = 0
+        self.faulted: set[tuple[str, int]] = set()   # (operation, its request number) answered with a fault
         self.verbose = verbose
         self._port = port
         self._lock = threading.Lock()
@@ -400,6 +401,9 @@ class WandbServer:
             self.auth_requests += int(auth)
         self._notify(op, op_number)
         mode = self.faults.http_fault(index, op, op_index)
+        if mode in ("server_error", "rate_limit", "graphql_error", "truncate"):
+            with self._lock:
+                self.faulted.add((op, op_number))
         if mode == "server_error":
             return self.faults.server_error_status, b'{"errors":[{"message":"synthetic server error"}]}', {}, None
         if mode == "rate_limit":
