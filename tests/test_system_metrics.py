@@ -235,6 +235,34 @@ async def test_remote_system_metrics_equal_what_the_sdk_reads_and_m_shows_them(r
         assert f"{last_gpu:.4g}" in text, last_gpu            # the newest sample, under the cursor at the end
 
 
+@pytest.mark.parametrize("xmode", ["step", "wall"])
+def test_each_sample_sits_at_the_step_the_run_was_at_when_it_was_taken(remote, cli, tmp_path, xmode):
+    """The placement the pane states: a sample's x is the step its time falls at on the run's own
+    logged (_step, _timestamp) — in wall mode, its hours since the run's first step — so the cursor
+    lines up with the main charts. Checked on buckets holding one sample (exactly that sample)."""
+    import numpy as np
+
+    from marinctl.analysis.watch_view import ViewParams, build_view
+    from marinctl.store import Store
+
+    server, run = remote
+    want = sdk_system_rows(server.url, f"{E}/{P}/{run.run_id}")
+    run_cli(cli, "sync", f"{E}/{P}/{run.run_id}")
+    steps, times = run.series["_timestamp"]
+    view = build_view(Store(tmp_path / "home" / "marinctl.duckdb"),
+                      ViewParams(ref=run.run_id, system=True, xmode=xmode, buckets=4000))
+    panel = next(p for p in view.system_panels if p.key == "system.cpu")
+    taken = {t: v for k, t, v in want if k == "system.cpu" and times[0] <= t <= times[-1]}
+    at_step = {round(float(np.interp(t, times, steps)), 6): v for t, v in taken.items()}
+    single = panel.count == 1
+    assert single.sum() > 50
+    for step, x, value in zip(panel.step_hi[single], panel.x[single], panel.last[single]):
+        assert at_step[round(float(step), 6)] == value
+        t = float(np.interp(step, steps, times))
+        expect = (t - times[0]) / 3600.0 if xmode == "wall" else step
+        assert abs(x - expect) < 1e-6, (x, expect)
+
+
 def test_a_running_remote_run_gets_its_latest_sample_set(remote, cli):
     """A run that moved is asked again, and its stored set is replaced by W&B's latest one."""
     server, run = remote
