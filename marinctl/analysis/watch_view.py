@@ -19,6 +19,7 @@ from marinctl.analysis.compare import LegendEntry, compare_lines, ladder_lines
 from marinctl.analysis.run_header import HeaderStats, header_stats
 from marinctl.analysis.run_list import SidebarEntry, sidebar_entries
 from marinctl.analysis.schedule import schedule_of_target
+from marinctl.analysis.system_panels import stored_keys, system_panels
 from marinctl.store import runs as runs_store
 from marinctl.store import series as S
 
@@ -71,6 +72,8 @@ class View:
     legend: list[LegendEntry] = field(default_factory=list)
     system_panels: list[PanelData] = field(default_factory=list)
     system_keys: int = 0
+    system_note: str = ""                                    # how stored system samples are placed on x
+    sampled_keys: frozenset[str] = frozenset()               # system panels drawn from samples by time
 
     @property
     def width(self) -> float:
@@ -156,9 +159,23 @@ def build_view(store, params: ViewParams) -> View:
             panel = load_panel(con, target, key, lo, hi, buckets=params.buckets, smoothing=params.smoothing,
                                axis=axis, markers=view.markers if key in keys else (), env=envs.get(key))
             (view.panels if key in keys else view.system_panels).append(panel)
+        if params.system:
+            _add_sampled(con, view, target, [k for k in stored_keys(con, target) if k not in system])
         view.labels = MP.short_labels([p.key for p in view.panels + view.system_panels])
         _add_other_runs(con, view, target, keys + system)
     return view
+
+
+def _add_sampled(con, view: View, target, keys: list[str]) -> None:
+    """The system metrics W&B sampled by time (not history keys), placed on the view's x axis."""
+    if not keys:
+        return
+    got = system_panels(con, target, keys, view.lo, view.hi, view.axis, buckets=view.params.buckets,
+                        smoothing=view.params.smoothing)
+    view.system_keys += len(keys)
+    view.system_panels += got.panels
+    view.system_note = got.note if got.panels else ""
+    view.sampled_keys = frozenset(p.key for p in got.panels)
 
 
 def _add_other_runs(con, view: View, target, keys: list[str]) -> None:

@@ -1,4 +1,4 @@
-"""W&B's public GraphQL API over plain httpx: list runs, read metadata and full history.
+"""W&B's public GraphQL API over plain httpx: list runs, read metadata, full history and system metrics.
 
 Why not the wandb SDK: since 0.27 `wandb.Api()` spawns a `wandb-core` process, needs
 an API key even for public projects, and yields history one Python dict at a time.
@@ -79,6 +79,15 @@ query RunParquetHistory($entity: String!, $project: String!, $runName: String!, 
   }
 }
 """
+
+EVENTS_QUERY = """
+query RunSystemEvents($entity: String!, $project: String!, $name: String!, $samples: Int) {
+  project(name: $project, entityName: $entity) {
+    run(name: $name) { events(samples: $samples) }
+  }
+}
+"""
+SYSTEM_SAMPLES = 500   # what the SDK's `run.history(stream="system")` asks for; W&B samples the stream down to it
 
 _FORK = re.compile(r"^(?P<parent>[^?]+)\?_step=(?P<step>\d+)$")
 
@@ -295,6 +304,29 @@ class WandbClient:
                     step = int(row["_step"])
                     if min_step <= step < max_step:
                         out[step] = float(row["_timestamp"])
+        return out
+
+    def system_events(self, entity: str, project: str, run_id: str,
+                      samples: int = SYSTEM_SAMPLES) -> list[tuple[float, str, float]]:
+        """The run's system metrics (`events`: W&B's sampled stream, keys `system.*`) as
+        (unix time, key, value) samples; rows without `_timestamp` and non-numbers are dropped."""
+        from marinctl.sources.wandb_rows import as_float
+
+        data = self.graphql(EVENTS_QUERY, {"entity": entity, "project": project, "name": run_id,
+                                           "samples": int(samples)})
+        run = (data.get("project") or {}).get("run")
+        if run is None:
+            raise UserError(f"W&B run {entity}/{project}/{run_id} not found")
+        out = []
+        for raw in run.get("events") or []:
+            row = loads(raw) if isinstance(raw, str) else raw
+            t = as_float(row.get("_timestamp")) if isinstance(row, dict) else None
+            if t is None:
+                continue
+            for key, value in row.items():
+                v = as_float(value) if key.startswith("system.") else None
+                if v is not None:
+                    out.append((t, key, v))
         return out
 
     def parquet_history(self, entity: str, project: str, run_id: str) -> ParquetHistory:

@@ -1,9 +1,10 @@
-"""What a window of decoded `.wandb` records says: run metadata, config, summary, history, console.
+"""What a window of decoded `.wandb` records says: run metadata, config, summary, history, console, system stats.
 
 `decode_window` is pure: it takes the records one read produced and what the run's
-documents held before, and returns what they hold after, the history columns and the
-console fragments (each stamped with the history step logged before it). Turning those
-into stored rows is the sync pipeline's job (sync/local.py).
+documents held before, and returns what they hold after, the history columns, the
+console fragments (each stamped with the history step logged before it) and the system
+samples of its stats records. Turning those into stored rows is the sync pipeline's job
+(sync/local.py).
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ class Console:
             buf = tail if tail else head.rsplit("\r", 1)[-1] + "\r"
         self.pending[stream] = buf
         return lines
+
+
+# W&B's server names the stats a run records `system.<key>` (`cpu` in the file is `system.cpu`
+# in `events` and on the web): local samples take the same spelling, so one key means one thing.
+SYSTEM_PREFIX = "system."
 
 
 def item_path(item) -> list[str]:
@@ -110,10 +116,14 @@ class Window:
     exit_code: int | None = None                      # set when the window holds the exit record
     console: list[tuple[str, str, int | None, float | None]] = field(default_factory=list)
     # (stream, text fragment, history step logged before it or None, unix time or None)
+    system: list[tuple[float, str, float]] = field(default_factory=list)   # (unix time, `system.` key, value)
 
 
 def decode_window(records: list, meta: dict, config: dict, summary: dict) -> Window:
     """Decode (end, type, payload) records; `config`/`summary` are updated in place and returned."""
+    stats = [payload for _end, rt, payload in records if rt == wf.STATS]
+    if stats:   # the rest below reads records by position (a summary right before its history)
+        records = [r for r in records if r[1] != wf.STATS]
     hist, runs, configs, outputs, exits = [], [], [], [], []
     for i, (_end, rt, payload) in enumerate(records):
         if rt == wf.HISTORY:
@@ -139,7 +149,7 @@ def decode_window(records: list, meta: dict, config: dict, summary: dict) -> Win
         c = wf.parse_record(payload).config
         wf.apply_items(config, wf.decode_items(c.update), [item_path(it) for it in c.remove])
     wandb_summary.apply(summary, records)   # W&B's summary: every summary record in file order
-    out = Window(meta, config, summary, cols)
+    out = Window(meta, config, summary, cols, system=decode_stats(stats))
     for payload in exits:
         out.exit_code = wf.parse_record(payload).exit.exit_code
     if outputs:
@@ -151,6 +161,23 @@ def decode_window(records: list, meta: dict, config: dict, summary: dict) -> Win
             t = o.timestamp.seconds + o.timestamp.nanos / 1e9 if o.timestamp.seconds else None
             out.console.append(("stderr" if o.output_type == 0 else "stdout", o.line,
                                 row_steps[k - 1] if k > 0 else None, t))
+    return out
+
+
+def decode_stats(payloads: list) -> list[tuple[float, str, float]]:
+    """Stats records (what W&B's system monitor sampled) as (unix time, `system.` key, value); non-numbers dropped."""
+    from marinctl.sources.wandb_rows import as_float
+
+    out = []
+    for payload in payloads:
+        s = wf.parse_record(payload).stats
+        if s.stats_type != 0 or not s.timestamp.seconds:   # SYSTEM is the only type; a sample needs its time
+            continue
+        t = s.timestamp.seconds + s.timestamp.nanos / 1e9
+        for item in s.item:
+            value = as_float(wf._loads(item.value_json))
+            if value is not None:
+                out.append((t, SYSTEM_PREFIX + item.key, value))
     return out
 
 

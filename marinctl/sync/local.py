@@ -1,7 +1,8 @@
 """Mirror local and offline W&B runs (`.wandb` transaction logs) into the store, live.
 
 Runs keep their W&B ids, config, summary and state; history rows become metrics; console
-output (output_raw fragments reassembled into lines) becomes `console` events.
+output (output_raw fragments reassembled into lines) becomes `console` events; stats records
+(the system monitor's samples) become system samples (store/system.py).
 
 Resumability: per file, the store keeps (store/state.py) the offset just past the last
 complete record, the file's identity (device:inode), and what must survive between reads
@@ -29,7 +30,7 @@ from marinctl.errors import UserError
 from marinctl.sources import wandb_file as wf
 from marinctl.sources import wandb_local as files
 from marinctl.sources import wandb_records as records
-from marinctl.store import Store, events, metrics, runs, state
+from marinctl.store import Store, events, metrics, runs, state, system
 from marinctl.store.state import Position
 
 STALE_AFTER = 120.0
@@ -242,6 +243,8 @@ class FileSync:
                 runs.raise_last_step(con, run_pk, hi)
             if lines:
                 events.write_console(con, own.uid, lines)
+            if win.system:
+                system.add_samples(con, run_pk, win.system)
             pos.position = sc.end
             state.save_file_position(con, self.name, pos)
         return added

@@ -1,4 +1,5 @@
-"""Mirror W&B runs: metadata, then history — exported parquet parts kept as they are, the rest in step windows.
+"""Mirror W&B runs: metadata, history — exported parquet parts kept as they are, the rest in step
+windows — then system metrics.
 
 Resumability is the design constraint: a sync killed at any moment (Ctrl-C, SIGKILL) must
 lose nothing and resume without duplicates. Every unit of work — a registered parquet part
@@ -21,6 +22,10 @@ every row they logged themselves; W&B also serves the parent's rows below (and, 
 that did not log it, at) the fork step, which stay the parent's (see store/lineage.py). A
 finished run whose state, last step and heartbeat are unchanged since it was fully mirrored
 costs its one metadata request and nothing more.
+
+System metrics (`events`) are W&B's sampled stream, not a log to page through: the latest
+sample set replaces the stored one, asked for only when the run's metadata moved since the
+stored set was fetched (store/system.py keeps what it was fetched for, in the same transaction).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from marinctl.errors import RuntimeFailure, UserError
 from marinctl.sources import wandb_parquet
 from marinctl.sources.wandb import WandbClient
 from marinctl.sources.wandb_rows import batch_from_rows, max_step
-from marinctl.store import Store, anomalies, metrics, parts, runs, state
+from marinctl.store import Store, anomalies, metrics, parts, runs, state, system
 from marinctl.sync.targets import Plan
 
 TARGET_VALUES_PER_PAGE = 200_000
@@ -93,7 +98,15 @@ def remote_runs(client: WandbClient, plan: Plan) -> list[RunInfo]:
 
 def sync_run(store: Store, client: WandbClient, run: RunInfo, *, progress: Progress | None = None,
              use_parquet: bool = True) -> RunSyncResult:
-    """Bring one run's metadata and history up to date; safe to interrupt at any point."""
+    """Bring one run's metadata, history and system metrics up to date; safe to interrupt at any point."""
+    result = _sync_history(store, client, run, progress=progress, use_parquet=use_parquet)
+    _sync_system(store, client, run)
+    return result
+
+
+def _sync_history(store: Store, client: WandbClient, run: RunInfo, *, progress: Progress | None,
+                  use_parquet: bool) -> RunSyncResult:
+    """The run's metadata, then its history from the watermark (parts, then windows)."""
     with store.transaction() as con:
         before = runs.sync_facts(con, run.uid)
         run_pk = runs.upsert_run(con, run)
@@ -164,6 +177,19 @@ def sync_run(store: Store, client: WandbClient, run: RunInfo, *, progress: Progr
     with store.connect() as con:
         result.first_step, result.last_step = metrics.step_range(con, [(run_pk, None, None)])
     return result
+
+
+def _sync_system(store: Store, client: WandbClient, run: RunInfo) -> None:
+    """The run's system metrics, W&B's latest sample set replacing the stored one — fetched only
+    when the run moved (state, heartbeat, last step) since the stored set was fetched."""
+    seen = f"{run.state}|{run.heartbeat_at.isoformat() if run.heartbeat_at else ''}|{run.remote_last_step}"
+    with store.connect() as con:
+        run_pk = runs.pk_of(con, run.uid)
+        if run_pk is None or system.fetched_for(con, run_pk) == seen:
+            return
+    got = client.system_events(run.entity, run.project, run.run_id)
+    with store.transaction() as con:
+        system.replace_samples(con, run_pk, got, seen)
 
 
 def _sync_parts(store: Store, client: WandbClient, run: RunInfo, run_pk: int, export: wandb_parquet.Export,

@@ -445,7 +445,7 @@ def _offline_text(view: View | None) -> str:
 
 def _system_note(view: View) -> str:
     if view.system_panels:
-        return ""
+        return view.system_note       # how samples taken by time sit on the step axis ('' for history keys)
     if view.total_keys is None:
         return "listing the run's keys…"
     return ("no system metrics stored for this run (W&B records GPU/CPU/memory stats every 15 s"

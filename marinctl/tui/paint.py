@@ -46,7 +46,7 @@ def spec_for(view: View, key: str, state: ChartState, values: dict[str, Logged],
     if key in state.yfit_keys:
         flags.append("y:fit")
     xlim = None
-    if view.axis is not None and view.params.compare:
+    if view.axis is not None and (view.params.compare or key in view.sampled_keys):   # system samples span less
         lo, hi = view.axis.x([view.lo, view.hi])
         xlim = (float(lo), float(hi))
     return FrameSpec(logy=state.logy_of(key), yfit=key in state.yfit_keys, cursor_step=state.cursor_step,

@@ -232,3 +232,34 @@ def sample_evenly(rows: list, n: int) -> list:
         return [rows[-1]]
     idx = np.unique(np.round(np.linspace(0, len(rows) - 1, n)).astype(int))
     return [rows[i] for i in idx]
+
+
+# --- system metrics: the `events` stream ------------------------------------------------------
+
+SYSTEM_EVERY = 15.0   # seconds between samples: the SDK's default `x_stats_sampling_interval`
+SYSTEM_KEYS = {       # key as the server names it -> (level, swing): what a training node reports
+    "system.cpu": (35.0, 20.0), "system.memory_percent": (41.0, 3.0), "system.gpu.0.gpu": (96.0, 4.0),
+    "system.gpu.0.memoryAllocated": (78.0, 2.0), "system.gpu.0.temp": (66.0, 5.0),
+    "system.disk./.usagePercent": (43.6, 0.1), "system.network.sent": (2.0e6, 1.0e6),
+    "system.proc.memory.rssMB": (5120.0, 200.0),
+}
+
+
+def system_events(run: SynthRun, samples: int | None) -> list[str]:
+    """The run's `events(samples:)` as W&B serves them: JSON strings of `system.*` keys plus
+    `_timestamp`, `_runtime` and `_wandb`, one sample every SYSTEM_EVERY seconds over the
+    run's logged time, sampled down to `samples` (500 by default). SYNTHETIC, deterministic."""
+    ts = run.series.get("_timestamp")
+    if ts is None or not len(ts[1]):
+        return []
+    t0, t1 = float(ts[1][0]), float(ts[1][-1])
+    created = run.created_at.timestamp()
+    chosen = sample_evenly(list(range(int((t1 - t0) // SYSTEM_EVERY) + 1)), 500 if samples is None else samples)
+    rows = []
+    for i in chosen:
+        t = t0 + i * SYSTEM_EVERY
+        row: dict[str, Any] = {"_wandb": True, "_timestamp": t, "_runtime": round(t - created, 3)}
+        for n, (key, (level, swing)) in enumerate(SYSTEM_KEYS.items()):
+            row[key] = round(level + swing * math.sin(i / 7.0 + n), 4)
+        rows.append(json.dumps(row))
+    return rows

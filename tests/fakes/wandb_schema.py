@@ -19,7 +19,7 @@ from graphql import GraphQLError, GraphQLScalarType, build_schema
 from graphql.utilities import value_from_ast_untyped
 
 from .synth import SynthRun
-from .wandb_history import sample_evenly
+from .wandb_history import sample_evenly, system_events
 
 if TYPE_CHECKING:
     from .wandb_server import WandbServer
@@ -369,9 +369,7 @@ class RunNode:
         return {"parquetUrls": urls, "liveData": live}
 
     def events(self, info, samples=None):
-        rows = [json.dumps({"_timestamp": self._r.created_at.timestamp() + 15 * i, "_runtime": 15 * i,
-                            "_wandb": True, "system.gpu.0.gpu": 97.0}) for i in range(10)]
-        return rows
+        return system_events(self._r, samples)
 
 
 class ProjectNode:

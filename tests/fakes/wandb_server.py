@@ -35,7 +35,8 @@ operation is kept in `server.queries`):
   every parquet row (None where the key is missing), not only rows holding the keys.
 - `run.history(samples=N)` sends `RunFullHistory { history(samples:) }` (JSON strings);
   with `keys=` it sends `RunSampledHistory { sampledHistory(specs:) }` (objects);
-  `stream="system"` asks for `events(samples:)`.
+  `stream="system"` asks for `RunFullHistory { events(samples:) }` (JSON strings, `system.*` keys
+  plus `_timestamp`, `_runtime`, `_wandb`; served by `wandb_history.system_events`).
 
 Conventions: times are ISO 8601 UTC with `Z`; `config` is a JSONString of
 `{key: {"value": v, "desc": null}}` plus `_wandb`; `summaryMetrics`/`systemMetrics` are
@@ -243,6 +244,7 @@ class WandbServer:
         self.unknown: list[str] = []                 # validation errors: fields the schema lacks
         self.queries: dict[str, str] = {}            # operation name -> last query text seen
         self.auth_requests = 0
+        self.faulted: set[tuple[str, int]] = set()   # (operation, its request number) answered with a fault
         self.verbose = verbose
         self._port = port
         self._lock = threading.Lock()
@@ -399,6 +401,9 @@ class WandbServer:
             self.auth_requests += int(auth)
         self._notify(op, op_number)
         mode = self.faults.http_fault(index, op, op_index)
+        if mode in ("server_error", "rate_limit", "graphql_error", "truncate"):
+            with self._lock:
+                self.faulted.add((op, op_number))
         if mode == "server_error":
             return self.faults.server_error_status, b'{"errors":[{"message":"synthetic server error"}]}', {}, None
         if mode == "rate_limit":
