@@ -50,7 +50,7 @@ def test_every_subcommand_help_imports_nothing_heavy():
     assert out.stdout.strip().splitlines()[-1].endswith("[]"), out.stdout.splitlines()[-1]
 
 
-_HEAVY_LOADED = "sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] in ('wandb', 'pyarrow')})"
+_HEAVY_LOADED = "sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] in ('wandb', 'pyarrow', 'httpx')})"
 
 _SYNC_CHILD = f"""
 import sys
@@ -80,7 +80,7 @@ print({_HEAVY_LOADED})
 
 
 def test_a_local_run_syncs_without_the_wandb_sdk_and_draws_without_pyarrow(tmp_path):
-    """Decoding a `.wandb` file loads wandb's protobufs alone, not the SDK (~0.5 s, ~40 MB), and the
+    """Decoding a `.wandb` file loads wandb's protobufs alone, not the SDK (~0.5 s, ~40 MB) nor the HTTP client, and the
     first frame of a run stored as long rows needs no pyarrow (~25 MiB: exported parts only)."""
     from tests.blackbox import sdk_env, sdk_write
 
