@@ -3,9 +3,10 @@
 The runs the watch issue measured: SYNTHETIC offline runs written by the real wandb SDK, 3,000 steps
 with 19 and with 649 keys (cached under /tmp). Every contender starts as a person starts it, in a
 fresh tmux pane of 160×50, and the screen is read every 10 ms:
-- first chart: launch → a chart is on screen (braille dots) with the text that proves it is the run
-  (marinctl: its last step, `2,999`; LEET: a key name — LEET draws while it reads, so on the
-  649-key run its first chart shows a part of the run);
+- first chart: launch → the `grad/norm/total` chart is on screen (braille dots; both draw while
+  they read a long file, so this chart may show a part of the run);
+- every step: launch → the screen says the run's last step is on it (LEET's summary `_step 2999`,
+  marinctl's header `step 2,999 /`);
 - RSS settled: the resident memory of the pane's processes 3 s after that.
 Contenders, stepped in turn each round (a shared machine's load hits all alike), medians printed:
 - `wandb leet RUN_DIR` (the LEET shipped inside the installed wandb package);
@@ -20,6 +21,7 @@ Contenders, stepped in turn each round (a shared machine's load hits all alike),
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import shutil
@@ -77,17 +79,22 @@ def _tree_rss_mib(pid: str) -> float:
     return kib / 1024
 
 
-def measure(command: str, needle: str, settle: float = 3.0, timeout: float = 60.0) -> tuple[float, float]:
-    """(seconds from launch to a chart showing `needle`, RSS MiB `settle` s later) of one fresh pane."""
+def measure(command: str, first_needle: str, full: str, settle: float = 3.0,
+            timeout: float = 90.0) -> tuple[float, float, float]:
+    """(s from launch to a chart showing `first_needle`, s to the screen matching `full` (every step
+    read), RSS MiB `settle` s after that) of one fresh pane."""
     name = f"bench{os.getpid()}_{time.monotonic_ns()}"
     t0 = time.perf_counter()
     subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "50", command], check=True)
-    first = float("nan")
+    first = whole = float("nan")
     try:
         while time.perf_counter() - t0 < timeout:
             screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", name], capture_output=True, text=True).stdout
-            if needle in screen and BRAILLE.search(screen):
+            charted = BRAILLE.search(screen) is not None
+            if math.isnan(first) and charted and first_needle in screen:
                 first = time.perf_counter() - t0
+            if charted and re.search(full, screen):
+                whole = time.perf_counter() - t0
                 break
             time.sleep(0.01)
         time.sleep(settle)
@@ -96,7 +103,7 @@ def measure(command: str, needle: str, settle: float = 3.0, timeout: float = 60.
         rss = _tree_rss_mib(pid[0]) if pid else float("nan")
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
-    return first, rss
+    return first, whole, rss
 
 
 def previous_tree(base: str, dest: Path) -> Path:
@@ -143,19 +150,20 @@ def run_all(args, leet: Path, py: str) -> None:
                                env={**os.environ, "PYTHONPATH": str(trees[side]), "MARINCTL_HOME": str(home)})
             results: dict[str, list[tuple[float, float]]] = {}
             for r in range(args.rounds):
-                contenders = {"LEET (wandb leet)": (f"{leet} leet {run_dir}", "grad/norm/total")}
+                # first chart: the grad-norm chart drawn (both show it on their first page); every step:
+                # LEET's summary sidebar at _step 2999, marinctl's header at step 2,999
+                contenders = {"LEET (wandb leet)": (f"{leet} leet {run_dir}", r"_step\s+2999\b")}
                 for side in trees:
                     fresh = Path(tmp) / f"fresh-{side}-{keys}-{r}"
-                    contenders[f"marinctl {side}, synced before"] = (marinctl(side, homes[side]), "2,999")
-                    contenders[f"marinctl {side}, never synced"] = (marinctl(side, fresh), "2,999")
-                for label, (command, needle) in contenders.items():
-                    results.setdefault(label, []).append(measure(command, needle))
+                    contenders[f"marinctl {side}, synced before"] = (marinctl(side, homes[side]), r"step 2,999 /")
+                    contenders[f"marinctl {side}, never synced"] = (marinctl(side, fresh), r"step 2,999 /")
+                for label, (command, full) in contenders.items():
+                    results.setdefault(label, []).append(measure(command, "grad/norm/total", full))
             print(f"\n3,000 steps × {keys} keys (SYNTHETIC, SDK-written), median of {args.rounds}")
-            print(f"{'':36s} {'first chart':>12s} {'RSS settled':>12s}")
+            print(f"{'':36s} {'first chart':>12s} {'every step':>12s} {'RSS settled':>12s}")
             for label, rows in results.items():
-                first = statistics.median(f for f, _ in rows)
-                rss = statistics.median(m for _, m in rows)
-                print(f"{label:36s} {first:10.2f} s {rss:9.0f} MiB")
+                first, whole, rss = (statistics.median(row[i] for row in rows) for i in range(3))
+                print(f"{label:36s} {first:10.2f} s {whole:10.2f} s {rss:9.0f} MiB")
 
 
 if __name__ == "__main__":
