@@ -135,6 +135,7 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         self._generation = 0
         self._loading = self._reload_pending = False
         self._syncing = False
+        self._asked_sync = False          # `r` started the running sync
         self._last_error: str | None = None
         self._focus_after_load: str | None = None
         self.refreshes = 0
@@ -348,6 +349,7 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
             self.notify(message.text, title="follow", severity="warning", timeout=6)
 
     def on_sync_finished(self, message: msg.SyncFinished) -> None:
+        asked, self._asked_sync = self._asked_sync, False
         self._syncing = False
         header = self._header
         header.syncing = False
@@ -364,7 +366,7 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
                 header.offline_since = _offline_text(self.view)
             else:
                 self.reload()          # another process is syncing this target: show what it wrote
-            if message.error != self._last_error:      # one toast per new failure, not one per interval
+            if message.error != self._last_error or asked:   # one toast per new failure, and one per `r`
                 self.notify(message.error or "sync failed", title="sync", severity="warning")
         self._last_error = message.error
         header.redraw()
