@@ -136,6 +136,7 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         self._loading = self._reload_pending = False
         self._syncing = False
         self._asked_sync = False          # `r` started the running sync
+        self._keys_after_first = False    # list the run's keys once the first frame is up
         self._last_error: str | None = None
         self._focus_after_load: str | None = None
         self.refreshes = 0
@@ -251,7 +252,10 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
             # a read of the default view first would only delay the one asked for
             self.params = self._with(ref=message.view_ref, page=0)
             self.reload()
-        self.load_keys(self.params.ref)
+        if self.view is None:
+            self._keys_after_first = True    # the first frame (the curated page) needs no key list: read it then
+        else:
+            self.load_keys(self.params.ref)
         self.start_live(message.local_paths, message.sync_targets)
 
     def on_view_loaded(self, message: msg.ViewLoaded) -> None:
@@ -291,6 +295,9 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
             self._focus_after_load = None
         if first_of_run and self._run_pane.display:
             self.load_pane()
+        if self._keys_after_first:
+            self._keys_after_first = False
+            self.load_keys(self.params.ref)
 
     def _show_notice(self, view: View) -> None:
         text = ""
