@@ -48,3 +48,54 @@ def test_every_subcommand_help_imports_nothing_heavy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1].endswith("[]"), out.stdout.splitlines()[-1]
+
+
+_HEAVY_LOADED = "sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] in ('wandb', 'pyarrow', 'httpx')})"
+
+_SYNC_CHILD = f"""
+import sys
+from marinctl.cli import main
+try:
+    main(["sync", sys.argv[1]])
+except SystemExit as exc:
+    assert exc.code in (0, None), exc.code
+print({_HEAVY_LOADED})
+import wandb                                  # the real SDK still imports cleanly afterwards
+from wandb.proto import wandb_internal_pb2 as pb
+assert pb.Record().SerializeToString() == b""
+"""
+
+_WATCH_CHILD = f"""
+import asyncio, os, sys
+sys.path.insert(0, os.getcwd())
+from marinctl import paths
+from tests.watch_pilot import open_watch, run_test, wait_for_text
+
+async def look():
+    async with run_test(open_watch(paths.db_path())) as pilot:
+        await wait_for_text(pilot, "train/loss", "light-synthetic")
+asyncio.run(look())
+print({_HEAVY_LOADED})
+"""
+
+
+def test_a_local_run_syncs_without_the_wandb_sdk_and_draws_without_pyarrow(tmp_path):
+    """Decoding a `.wandb` file loads wandb's protobufs alone, not the SDK (~0.5 s, ~40 MB) nor the HTTP client, and the
+    first frame of a run stored as long rows needs no pyarrow (~25 MiB: exported parts only)."""
+    from tests.blackbox import sdk_env, sdk_write
+
+    out = tmp_path / "runs"
+    sdk_write(out, '''
+        run = wandb.init(mode="offline", dir=out, id="light-synthetic", settings=S())
+        for s in range(50):
+            run.log({"train/loss": 5.0 - 0.01 * s}, step=s)
+        run.finish()
+    ''')
+    env = {**sdk_env(), "MARINCTL_HOME": str(tmp_path / "home")}
+    loaded = []
+    for child in (_SYNC_CHILD, _WATCH_CHILD):
+        proc = subprocess.run([sys.executable, "-c", child, str(out / "wandb")], capture_output=True, text=True,
+                              cwd=ROOT, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        loaded.append(proc.stdout.strip().splitlines()[-1])
+    assert loaded == ["['pyarrow']", "[]"]

@@ -244,6 +244,20 @@ async def test_offline_sync_never_says_cache_from_never(store_copy, monkeypatch,
     assert "cache from never" not in text and "offline" in header(text), header(text)
 
 
+async def test_r_while_offline_answers_every_press(store_copy, monkeypatch):
+    """`r` with W&B out of reach ends in a toast naming the failure on every press: the header
+    already said "offline", so a repeated failure used to change nothing on screen."""
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("MARINCTL_HTTP_ATTEMPTS", "1")
+    app = open_watch(store_copy, KINDS["synced-rung"], interval=600, autosync=True)
+    async with run_test(app) as pilot:
+        await wait_for_text(pilot, "offline", timeout=60)
+        await settle(pilot)
+        for _ in range(2):
+            before = screen(app).count("127.0.0.1")
+            await key(pilot, "r", lambda t, n=before: t.count("127.0.0.1") > n, "r answers with the failure")
+
+
 def sidebar_labels(text: str) -> list[str]:
     """The run sidebar's entries as shown (state mark and last step included)."""
     lines = text.splitlines()

@@ -47,7 +47,7 @@ def build_exact_store(store) -> None:
     rows += [(s, "eval/every10", every10(s)) for s in range(0, STEPS, 10)]
     rows += [(s, "system/gpu.0.gpu", 50.0 + s % 7) for s in range(0, STEPS, 5)]
     batch = pa.table({"step": pa.array([r[0] for r in rows], pa.int64()), "key": [r[1] for r in rows],
-                      "value": pa.array([r[2] for r in rows], pa.float64())}, schema=metrics.BATCH_SCHEMA)
+                      "value": pa.array([r[2] for r in rows], pa.float64())}, schema=metrics.batch_schema())
     with store.transaction() as con:
         pk = runs.upsert_run(con, info)
         metrics.replace_range(con, pk, batch, 0, STEPS)

@@ -62,6 +62,7 @@ class View:
     sidebar: list[SidebarEntry] = field(default_factory=list)
     cache_time: datetime | None = None
     error: str | None = None
+    version: tuple = ()                 # the store's data_version when this was read (an idle view re-reads nothing)
     matched: int = 0                    # keys the filter matched (all browsable keys without a filter)
     total_keys: int | None = None       # browsable keys of the run (None until the key list is loaded)
     sections: tuple[MP.Section, ...] = ()
@@ -114,6 +115,7 @@ def build_view(store, params: ViewParams) -> View:
 
     view = View(params, ref=params.ref)
     with store.connect() as con:
+        view.version = S.data_version(con)
         view.sidebar = sidebar_entries(con)
         view.cache_time = runs_store.last_synced(con)
         try:

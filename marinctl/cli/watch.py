@@ -38,8 +38,8 @@ def watch(
     from marinctl.sync import plan_watch
     from marinctl.tui.app import run_watch
 
-    plan_watch(open_store(), target)    # bad TARGETs fail here with exit 2, before the screen opens
-    run_watch(target, interval)
+    plan = plan_watch(open_store(), target)    # bad TARGETs fail here with exit 2, before the screen opens
+    run_watch(target, interval, plan=plan)
 
 
 def plot(

@@ -20,10 +20,11 @@ import socket
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
-import httpx
-from tenacity import RetryCallState, wait_exponential_jitter
+if TYPE_CHECKING:   # httpx and tenacity load with the first request: a local sync never needs them
+    import httpx
+    from tenacity import RetryCallState
 
 DNS_ATTEMPTS = 2          # a name that did not resolve twice will not resolve on the eighth try
 
@@ -77,6 +78,8 @@ def unresolvable(exc: BaseException | None) -> bool:
 
 def network_failure(exc: BaseException, url: str) -> str:
     """A transport error in words: 'cannot resolve api.wandb.ai', 'connection refused by …', 'timed out …'."""
+    import httpx
+
     host = httpx.URL(url).host
     if unresolvable(exc):
         return f"cannot resolve {host} (no network, or a wrong address)"
@@ -142,6 +145,8 @@ class RetryWait:
     """tenacity wait strategy: the server's word if it gave one (capped), else back-off."""
 
     def __init__(self, initial: float = 0.5, maximum: float = 30.0, cap: float = 120.0):
+        from tenacity import wait_exponential_jitter
+
         self._backoff = wait_exponential_jitter(multiplier=initial, max=maximum, jitter=initial)
         self.cap = cap
 

@@ -26,6 +26,7 @@ from tenacity import Retrying, retry_if_exception_type
 from marinctl import __version__
 from marinctl.domain import RunInfo
 from marinctl.errors import RuntimeFailure, UserError
+from marinctl.sources.forks import find_fork
 from marinctl.sources.http import (Pacer, Retryable, RetryStop, RetryWait, announce, network_failure, say_retry,
                                    server_wait)
 
@@ -88,8 +89,6 @@ query RunSystemEvents($entity: String!, $project: String!, $name: String!, $samp
 }
 """
 SYSTEM_SAMPLES = 500   # what the SDK's `run.history(stream="system")` asks for; W&B samples the stream down to it
-
-_FORK = re.compile(r"^(?P<parent>[^?]+)\?_step=(?P<step>\d+)$")
 
 
 def api_key(base_url: str) -> str | None:
@@ -422,21 +421,6 @@ def unwrap_config(raw: dict[str, Any]) -> dict[str, Any]:
             continue
         out[k] = v["value"] if isinstance(v, dict) and "value" in v else v
     return out
-
-
-def find_fork(config: Any) -> tuple[str, int] | None:
-    """A `fork_from = "parent?_step=N"` anywhere in the config (Marin's tracker config)."""
-    stack = [config]
-    while stack:
-        cur = stack.pop()
-        if isinstance(cur, dict):
-            for k, v in cur.items():
-                if k == "fork_from" and isinstance(v, str) and (m := _FORK.match(v.strip())):
-                    return m.group("parent"), int(m.group("step"))
-                stack.append(v)
-        elif isinstance(cur, list):
-            stack.extend(cur)
-    return None
 
 
 def parse_run(node: dict[str, Any], entity: str, project: str) -> RunInfo:

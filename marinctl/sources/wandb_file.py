@@ -279,10 +279,30 @@ def _require_wandb() -> None:
 
 @lru_cache(maxsize=1)
 def _pb():
+    """wandb's record protobufs, without running `wandb/__init__` (the whole SDK: ~0.5 s and ~40 MB
+    before `watch` on a fresh wandb/ dir can draw). The proto modules import only each other and
+    google.protobuf; their classes live in protobuf's default pool, so a later `import wandb` in this
+    process gets these very classes back."""
     _require_wandb()
-    from wandb.proto import wandb_internal_pb2 as pb  # imports wandb (~0.4 s): sync paths only
+    import importlib
+    import sys
 
-    return pb
+    if "wandb" in sys.modules:
+        return importlib.import_module("wandb.proto.wandb_internal_pb2")
+    import importlib.util
+    import types
+
+    spec = importlib.util.find_spec("wandb")
+    package = types.ModuleType("wandb")
+    package.__path__, package.__spec__ = list(spec.submodule_search_locations or []), spec
+    before = set(sys.modules)
+    sys.modules["wandb"] = package          # a bare package: its submodules load, its __init__ does not run
+    try:
+        return importlib.import_module("wandb.proto.wandb_internal_pb2")
+    finally:                                # forget the bare package: a real `import wandb` starts clean
+        for name in set(sys.modules) - before:
+            if name == "wandb" or name.startswith("wandb."):
+                del sys.modules[name]
 
 
 @lru_cache(maxsize=1)

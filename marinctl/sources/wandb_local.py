@@ -15,6 +15,7 @@ from marinctl.errors import UserError
 from marinctl.sources import wandb_file as wf
 
 WINDOW_BYTES = 32 << 20
+FIRST_WINDOW_BYTES = 2 << 20    # then doubling: a long first read lands its first steps in a tenth of a second
 
 
 def is_local_target(target: str) -> bool:
@@ -71,17 +72,22 @@ def run_files(path: Path) -> list[Path]:
 
 
 def windows(fh: BinaryIO, pos: int, size: int, *, live: bool) -> Iterator[wf.Scan]:
-    """Scans of the file from record boundary `pos` up to `size` bytes, one window each.
+    """Scans of the file from record boundary `pos` up to `size` bytes, one window each (the first
+    FIRST_WINDOW_BYTES, each next one twice as wide, up to WINDOW_BYTES).
 
     Corruption inside a window is skipped to the next block (the scan says where); a
     window cut mid-record resumes at that record. With `live` (a run still writing), an
     incomplete last record is a write in flight, reported as a partial tail.
     """
+    window = min(FIRST_WINDOW_BYTES, WINDOW_BYTES)
     while True:
         fh.seek(pos)
-        buf = fh.read(max(0, min(WINDOW_BYTES, size - pos)))
+        buf = fh.read(max(0, min(window, size - pos)))
         at_eof = pos + len(buf) >= size
         sc = wf.scan(buf, pos, live_tail=live and at_eof)
+        grown, window = window, min(2 * window, WINDOW_BYTES)
+        if sc.end <= pos and sc.skip_to is None and not at_eof and grown < WINDOW_BYTES:
+            continue                      # one record longer than this window: read again, wider
         yield sc
         if sc.skip_to is not None:
             if sc.skip_to < size:

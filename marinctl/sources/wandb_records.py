@@ -70,7 +70,7 @@ def run_meta(r) -> dict:
 
 def run_info(meta: dict, config: dict, summary: dict, path: Path, state: str, mtime: float) -> RunInfo:
     """The RunInfo of a local run; `repro` when marinctl's own trainer wrote it."""
-    from marinctl.sources.wandb import find_fork
+    from marinctl.sources.forks import find_fork
 
     user_config = {k: v for k, v in config.items() if not k.startswith("_wandb")}
     if meta.get("fork_parent") is None:

@@ -11,22 +11,28 @@ from the facts stored per part when it was registered (store/parts.py).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
-import pyarrow as pa
 
 from marinctl.store import Connection, scan
 from marinctl.store.metrics import Segment
 
-_EMPTY = pa.schema([("key", pa.dictionary(pa.int32(), pa.string())), ("step", pa.int64()), ("value", pa.float64())])
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+def _empty() -> pa.Schema:
+    import pyarrow as pa
+    return pa.schema([("key", pa.dictionary(pa.int32(), pa.string())), ("step", pa.int64()), ("value", pa.float64())])
 
 
 def frame(con: Connection, segments: Sequence[Segment], keys: Sequence[str], lo: int, hi: int | None) -> pa.Table:
     """Long (key, step, value) of `keys` over the segments at steps [lo, hi), key dictionary-encoded."""
+    import pyarrow as pa
     ids = scan.key_ids(con, keys)
     if not ids or not segments:
-        return _EMPTY.empty_table()
+        return _empty().empty_table()
     names = list(ids)
     order = np.array(sorted(ids.values()), np.int64)
     index = np.array([names.index(n) for n in sorted(ids, key=ids.get)], np.int32)
@@ -37,14 +43,14 @@ def frame(con: Connection, segments: Sequence[Segment], keys: Sequence[str], lo:
         codes = index[np.searchsorted(order, kid)]
         # one record batch per piece (a part, the long rows): a frame's batches come in step order
         return pa.table([pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), dictionary),
-                         t.column("step").combine_chunks(), t.column("value").combine_chunks()], schema=_EMPTY)
+                         t.column("step").combine_chunks(), t.column("value").combine_chunks()], schema=_empty())
 
     out = [as_frame(scan.part_rows(p, names, ids)) for p in scan.pieces(con, segments, lo, hi)]
     tail = con.sql(f"SELECT run_pk::INTEGER AS run_pk, key_id::INTEGER AS key_id, step, value FROM metrics"
                    f" WHERE key_id IN ({','.join(str(int(i)) for i in ids.values())})"
                    f" AND {scan.long_where(segments, lo, hi)}").to_arrow_table()
     out.append(as_frame(tail))
-    return pa.concat_tables([t for t in out if t.num_rows] or [_EMPTY.empty_table()])
+    return pa.concat_tables([t for t in out if t.num_rows] or [_empty().empty_table()])
 
 
 def keys_with_prefix(con: Connection, prefix: str, exclude: Sequence[str] = ()) -> list[str]:

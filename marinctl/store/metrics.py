@@ -16,15 +16,22 @@ groups, which is what makes per-series queries skip the rest of a 84M-row table.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import duckdb
 import numpy as np
-import pyarrow as pa
 
 from marinctl.store import parts, scan
 
-BATCH_SCHEMA = pa.schema([("step", pa.int64()), ("key", pa.string()), ("value", pa.float64())])
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+def batch_schema() -> pa.Schema:
+    """What writers hand `replace_range`: (step, key, value) rows (a function: reads never import pyarrow)."""
+    import pyarrow as pa
+
+    return pa.schema([("step", pa.int64()), ("key", pa.string()), ("value", pa.float64())])
 
 
 def ensure_keys(con: duckdb.DuckDBPyConnection, batch_name: str = "_batch") -> None:
@@ -76,6 +83,7 @@ def merge_range(con: duckdb.DuckDBPyConnection, run_pk: int, batch: pa.Table, lo
     For sources that may log a step twice (a `.wandb` file re-read, `log(step=N)` again): the
     later value wins per key. Returns how many (step, key) values are new to the store.
     """
+    import pyarrow as pa
     if existing_last_step is not None and lo <= existing_last_step:
         con.register("_new", batch)
         try:
@@ -99,6 +107,7 @@ def merge_range(con: duckdb.DuckDBPyConnection, run_pk: int, batch: pa.Table, lo
 
 
 def _last_per_key(batch: pa.Table) -> pa.Table:
+    import pyarrow as pa
     rows = {}
     for s, k, v in zip(batch.column("step").to_pylist(), batch.column("key").to_pylist(),
                        batch.column("value").to_pylist()):
@@ -273,7 +282,8 @@ def export_batches(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], 
 
 def export_table(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], keys: Sequence[str] | None) -> pa.Table:
     """`export_batches` as one Arrow table (for small ranges: a step or a window)."""
-    return pa.Table.from_batches(list(export_batches(con, segments, keys)), schema=scan.EXPORT)
+    import pyarrow as pa
+    return pa.Table.from_batches(list(export_batches(con, segments, keys)), schema=scan.export_schema())
 
 
 def export_parquet(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], keys: Sequence[str] | None,
@@ -282,7 +292,7 @@ def export_parquet(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], 
     import pyarrow.parquet as pq
 
     rows = 0
-    with pq.ParquetWriter(str(path), scan.EXPORT) as writer:
+    with pq.ParquetWriter(str(path), scan.export_schema()) as writer:
         for batch in export_batches(con, segments, keys):
             writer.write_batch(batch)
             rows += batch.num_rows

@@ -19,14 +19,16 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-import pyarrow.types as pt
 
 from marinctl.errors import RuntimeFailure
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import pyarrow.types as pt
 
 STEP = "_step"
 MAX_VALUES_PER_READ = 4_000_000   # decoded values per read call (~32 MB of float64)
@@ -36,11 +38,14 @@ Column = tuple[str, tuple[str, ...]]   # (top-level column, path of struct field
 
 
 def _numeric(t: pa.DataType) -> bool:
+    import pyarrow.types as pt
     return pt.is_integer(t) or pt.is_floating(t) or pt.is_boolean(t) or pt.is_decimal(t)
 
 
 def key_columns(schema: pa.Schema) -> dict[str, Column]:
     """{metric key: where its values are}, for every numeric column and numeric struct field."""
+    import pyarrow as pa
+    import pyarrow.types as pt
     out: dict[str, Column] = {}
     nested: dict[str, Column] = {}
 
@@ -161,6 +166,7 @@ class PartFile:
 
 def open_file(path: Path) -> pq.ParquetFile:
     """A fresh pyarrow handle on a part; a missing file is named with the command that repairs it."""
+    import pyarrow.parquet as pq
     try:
         return pq.ParquetFile(str(path), pre_buffer=False, buffer_size=1 << 20)
     except FileNotFoundError:
@@ -170,6 +176,8 @@ def open_file(path: Path) -> pq.ParquetFile:
 
 def values(table: pa.Table, col: Column) -> tuple[np.ndarray, np.ndarray]:
     """(float64 values, logged mask) of one key in a table read from a part."""
+    import pyarrow as pa
+    import pyarrow.types as pt
     top, path = col
     arr = table.column(top)
     arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
@@ -222,6 +230,7 @@ def forget(path: Path) -> None:
 
 def read_footer(path: Path) -> Footer:
     """Step range and metric keys of a downloaded export; ValueError for a file that is not one."""
+    import pyarrow as pa
     try:
         return PartFile(path).footer()
     except (pa.ArrowInvalid, OSError) as exc:

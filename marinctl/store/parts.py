@@ -26,12 +26,15 @@ import os
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
 
 from marinctl.store import Connection, first
 from marinctl.store.part_files import Footer, PartFile, forget, open_part, read_footer
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["Facts", "Footer", "facts", "register", "cut", "rewind", "collect_garbage", "lost_from", "root_for", "root_of",
            "new_file", "read_footer"]
@@ -99,6 +102,7 @@ class Facts:
 
 def facts(path: Path, lo: int, hi: int) -> Facts:
     """Decode every key of `path` over [lo, hi) once: ~1 s per 50k steps × 757 keys."""
+    import pyarrow as pa
     pf = open_part(path)
     footer = pf.footer()
     acc: dict[str, list] = {}

@@ -17,18 +17,29 @@ from __future__ import annotations
 import itertools
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
-import pyarrow as pa
 
 from marinctl.store import Connection
 from marinctl.store.part_files import open_part
 from marinctl.store.parts import root_of
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 Segment = tuple[int, int | None, int | None]   # (run_pk, lo inclusive or None, hi exclusive or None)
-LONG = pa.schema([("run_pk", pa.int32()), ("key_id", pa.int32()), ("step", pa.int64()), ("value", pa.float64())])
+
+
+@lru_cache(maxsize=1)
+def long_schema() -> pa.Schema:
+    """Part rows in the long table's shape (a function: pyarrow is imported only by reads that meet parts)."""
+    import pyarrow as pa
+    return pa.schema([("run_pk", pa.int32()), ("key_id", pa.int32()), ("step", pa.int64()), ("value", pa.float64())])
+
+
 _NAMES = itertools.count()
 _LOW, _HIGH = -(2 ** 62), 2 ** 62
 
@@ -118,6 +129,7 @@ def _all_names(con: Connection) -> dict[str, int]:
 
 def part_rows(piece: Piece, keys: Sequence[str] | None, ids: dict[str, int]) -> pa.Table:
     """Long rows (run_pk, key_id, step, value) of `keys` (None: all) in one piece; nulls dropped."""
+    import pyarrow as pa
     pf = open_part(piece.path)
     names = list(pf.keys) if keys is None else keys
     kid_parts, step_parts, value_parts = [], [], []
@@ -130,10 +142,10 @@ def part_rows(piece: Piece, keys: Sequence[str] | None, ids: dict[str, int]) -> 
                 step_parts.append(steps[m])
                 value_parts.append(vals[m])
     if not step_parts:
-        return LONG.empty_table()
+        return long_schema().empty_table()
     n = sum(len(s) for s in step_parts)
     return pa.table([pa.array(np.full(n, piece.run_pk, np.int32)), pa.array(np.concatenate(kid_parts)),
-                     pa.array(np.concatenate(step_parts)), pa.array(np.concatenate(value_parts))], schema=LONG)
+                     pa.array(np.concatenate(step_parts)), pa.array(np.concatenate(value_parts))], schema=long_schema())
 
 
 @contextmanager
@@ -154,6 +166,8 @@ def relation(con: Connection, segments: Sequence[Segment], keys: Sequence[str] |
     if not tables:
         yield f"({tail})"
         return
+    import pyarrow as pa
+
     name = f"_scan_{next(_NAMES)}"
     con.register(name, pa.concat_tables(tables) if len(tables) > 1 else tables[0])
     try:
@@ -248,7 +262,10 @@ def run_keys(con: Connection, run_pks: Sequence[int]) -> list[str]:
 
 # --- export ------------------------------------------------------------------------------------------
 
-EXPORT = pa.schema([("step", pa.int64()), ("key", pa.string()), ("value", pa.float64())])
+@lru_cache(maxsize=1)
+def export_schema() -> pa.Schema:
+    import pyarrow as pa
+    return pa.schema([("step", pa.int64()), ("key", pa.string()), ("value", pa.float64())])
 
 
 def export(con: Connection, segments: Sequence[Segment], keys: Sequence[str] | None,
@@ -290,11 +307,12 @@ def _long_sorted(con, run_pk, a, b, ids, names, filtered, rows_per_batch, window
                f" WHERE {where} AND m.step >= {lo} AND m.step < {hi} ORDER BY m.step, k.key")
         for batch in con.sql(sql).to_arrow_reader(rows_per_batch):
             if batch.num_rows:
-                yield batch.cast(EXPORT) if batch.schema != EXPORT else batch
+                yield batch.cast(export_schema()) if batch.schema != export_schema() else batch
 
 
 def _part_sorted(p: Piece, keys, ids, rows_per_batch: int) -> Iterator[pa.RecordBatch]:
     """A sorted part streamed through its own file handle (the shared one stays free for other readers)."""
+    import pyarrow as pa
     from marinctl.store.part_files import open_file, values
 
     pf = open_part(p.path)
@@ -323,13 +341,14 @@ def _part_sorted(p: Piece, keys, ids, rows_per_batch: int) -> Iterator[pa.Record
             rows, cols = np.nonzero(valid)   # row-major: step order, then key order
             if len(rows):
                 yield pa.record_batch([pa.array(steps[rows]), key_arr.take(pa.array(cols)),
-                                       pa.array(vals[rows, cols])], schema=EXPORT)
+                                       pa.array(vals[rows, cols])], schema=export_schema())
     finally:
         own.close()
 
 
 def _piece_windows(con, p: Piece, keys, ids, names, window: int) -> Iterator[pa.RecordBatch]:
     """An unsorted part: its rows sorted one step window at a time."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     for lo in range(p.a, p.b, window):
@@ -338,7 +357,7 @@ def _piece_windows(con, p: Piece, keys, ids, names, window: int) -> Iterator[pa.
         if not t.num_rows:
             continue
         key = pa.array([names[i] for i in t.column("key_id").to_pylist()], pa.string())
-        out = pa.table({"step": t.column("step"), "key": key, "value": t.column("value")}, schema=EXPORT)
+        out = pa.table({"step": t.column("step"), "key": key, "value": t.column("value")}, schema=export_schema())
         idx = pc.sort_indices(out, sort_keys=[("step", "ascending"), ("key", "ascending")])
         yield from out.take(idx).to_batches()
 

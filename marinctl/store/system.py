@@ -18,22 +18,25 @@ Two writers, both idempotent:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import duckdb
 import numpy as np
-import pyarrow as pa
 
 from marinctl.store import first
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 Sample = tuple[float, str, float]    # (unix seconds, key, value)
-_SCHEMA = pa.schema([("time", pa.float64()), ("key", pa.string()), ("value", pa.float64())])
 
 
 def _batch(samples: Sequence[Sample]) -> pa.Table:
+    import pyarrow as pa   # writes only: reads (watch's m pane) never load it
+
     times, keys, values = zip(*samples) if samples else ((), (), ())
     return pa.table([pa.array(times, pa.float64()), pa.array(keys, pa.string()),
-                     pa.array(values, pa.float64())], schema=_SCHEMA)
+                     pa.array(values, pa.float64())], names=["time", "key", "value"])
 
 
 def _insert(con: duckdb.DuckDBPyConnection, run_pk: int) -> None:

@@ -34,7 +34,8 @@ def sync_targets(store: Store, targets: list[str], *, progress: Progress | None 
     to use (tests, benchmarks); by default one per W&B plan.
     """
     started = time.perf_counter()
-    from marinctl.sync import derive, github, local, wandb
+    from marinctl.sync import derive
+
 
     plans = resolve_targets(store, targets or ["marin"])
     report: dict[str, Any] = {"runs": [], "events_added": 0, "timing": {"total_s": 0.0, "wandb_http_s": 0.0}}
@@ -47,13 +48,18 @@ def sync_targets(store: Store, targets: list[str], *, progress: Progress | None 
     synced: list[str] = []    # run uids this pass brought up to date (detection scores their new steps)
     landed = False            # history or events arrived: every event is aligned again
     for plan in plans:
-        if plan.kind == "wandb":
+        if plan.kind == "wandb":   # each source's module loads when a plan needs it (a local sync: no HTTP client)
+            from marinctl.sync import wandb
+
             runs, http_s = wandb.sync_plan(store, plan, progress=progress, client=client)
             report["timing"]["wandb_http_s"] += http_s
         elif plan.kind == "local":
+            from marinctl.sync import local
+
             runs = local.sync_files(store, plan.path, progress=progress, warn=note)
         else:
             from marinctl.sources.github import RateLimitStop
+            from marinctl.sync import github
 
             runs, changed = [], 0
             try:

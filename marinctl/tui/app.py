@@ -18,7 +18,7 @@ from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Input, OptionList, Static
+from textual.widgets import Input, OptionList, Static
 
 from marinctl.analysis.watch_view import View, ViewParams
 from marinctl.errors import MarinctlError
@@ -33,6 +33,7 @@ from marinctl.tui.live import Live
 from marinctl.tui.paint import ChartState, spec_for, view_cursor
 from marinctl.tui.readout import readout_line, view_line
 from marinctl.tui.screens.explain import ExplainScreen
+from marinctl.tui.widgets.footer import KeyFooter
 from marinctl.tui.widgets.grid import ChartPage, CursorBar, SectionHeader
 from marinctl.tui.widgets.legend import legend_text
 from marinctl.tui.widgets.panes import RunPaneView, SystemPane
@@ -102,9 +103,11 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
 
     def __init__(self, target: str | None = None, interval: float = 30.0, *, store: Store | None = None,
                  sync_fn: SyncFn | None = None, autosync: bool = True, view_ref: str | None = None,
-                 starting: str | None = None) -> None:
+                 starting: str | None = None, plan: tuple[str | None, list[str]] | None = None) -> None:
         """`starting`: what is being started (e.g. `marinctl demo`'s "starting the rung1 proxy…"),
-        shown until the target has a run to show, instead of "the store holds no runs yet"."""
+        shown until the target has a run to show, instead of "the store holds no runs yet".
+        `plan`: `plan_watch`'s answer when the caller already has it (the CLI checks TARGET before
+        the screen opens): the first read then starts on mount instead of after planning again."""
         super().__init__()
         if store is None:
             from marinctl.store import open_store
@@ -116,6 +119,7 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         self.sync_fn = sync_fn or default_sync
         self.autosync = autosync
         self.starting = starting
+        self._plan = plan
         self.sync_targets: list[str] = []
         layout = settings.load(store.path)
         self.params = ViewParams(ref=view_ref, cols=layout.cols, rows=layout.rows, pattern=layout.pattern,
@@ -131,6 +135,8 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         self._generation = 0
         self._loading = self._reload_pending = False
         self._syncing = False
+        self._asked_sync = False          # `r` started the running sync
+        self._keys_after_first = False    # list the run's keys once the first frame is up
         self._last_error: str | None = None
         self._focus_after_load: str | None = None
         self.refreshes = 0
@@ -149,7 +155,7 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
             with Vertical(id="panes"):
                 yield RunPaneView(id="run-pane")
                 yield SystemPane(id="system-pane")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         # Keep references: while a modal (help, explain) is up, app.query_one() searches the modal.
@@ -179,7 +185,11 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
             # the hero lineage needs no planning to be read: start now, planning only adds the sync
             self.params = self._with(ref=self.params.ref or ("hero" if self.target else None))
             self.call_after_refresh(self._first_read)
-        self.run_worker(self._plan_worker, thread=True, group="plan", exit_on_error=False)
+        if self._plan is not None and not self.starting:
+            # after the first layout, so the first read knows the charts' sizes
+            self.call_after_refresh(self.on_planned, self._planned(*self._plan))
+        else:
+            self.run_worker(self._plan_worker, thread=True, group="plan", exit_on_error=False)
         self.set_interval(1.0, self._tick)
 
     def _first_read(self) -> None:
@@ -214,21 +224,23 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         from pathlib import Path
 
         from marinctl.sync import plan_watch
-        from marinctl.tui.live import local_targets
 
         try:
             if self.starting and self.target and not Path(self.target).expanduser().exists():
                 # demo: the trainer has not made its wandb/ dir yet; follow it once it has
                 self.post_message(msg.Planned(self.params.ref, [], local_paths=[self.target]))
                 return
-            ref, targets = plan_watch(self.store, self.target)
-            local = local_targets(targets)
-            self.post_message(msg.Planned(ref or self.params.ref, [t for t in targets if t not in local],
-                                          local_paths=local))
+            self.post_message(self._planned(*plan_watch(self.store, self.target)))
         except MarinctlError as exc:
             self.post_message(msg.Planned(self.params.ref, [], error=exc.message))
         except Exception as exc:  # noqa: BLE001 — a broken store must not crash the view
             self.post_message(msg.Planned(self.params.ref, [], error=f"{type(exc).__name__}: {exc}"))
+
+    def _planned(self, ref: str | None, targets: list[str]) -> msg.Planned:
+        from marinctl.tui.live import local_targets
+
+        local = local_targets(targets)
+        return msg.Planned(ref or self.params.ref, [t for t in targets if t not in local], local_paths=local)
 
     # -- message handlers (UI thread: keep them short) -------------------------------------
     def on_planned(self, message: msg.Planned) -> None:
@@ -240,7 +252,10 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
             # a read of the default view first would only delay the one asked for
             self.params = self._with(ref=message.view_ref, page=0)
             self.reload()
-        self.load_keys(self.params.ref)
+        if self.view is None:
+            self._keys_after_first = True    # the first frame (the curated page) needs no key list: read it then
+        else:
+            self.load_keys(self.params.ref)
         self.start_live(message.local_paths, message.sync_targets)
 
     def on_view_loaded(self, message: msg.ViewLoaded) -> None:
@@ -280,6 +295,9 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
             self._focus_after_load = None
         if first_of_run and self._run_pane.display:
             self.load_pane()
+        if self._keys_after_first:
+            self._keys_after_first = False
+            self.load_keys(self.params.ref)
 
     def _show_notice(self, view: View) -> None:
         text = ""
@@ -338,6 +356,7 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
             self.notify(message.text, title="follow", severity="warning", timeout=6)
 
     def on_sync_finished(self, message: msg.SyncFinished) -> None:
+        asked, self._asked_sync = self._asked_sync, False
         self._syncing = False
         header = self._header
         header.syncing = False
@@ -354,7 +373,7 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
                 header.offline_since = _offline_text(self.view)
             else:
                 self.reload()          # another process is syncing this target: show what it wrote
-            if message.error != self._last_error:      # one toast per new failure, not one per interval
+            if message.error != self._last_error or asked:   # one toast per new failure, and one per `r`
                 self.notify(message.error or "sync failed", title="sync", severity="warning")
         self._last_error = message.error
         header.redraw()
@@ -452,7 +471,8 @@ def _system_note(view: View) -> str:
             " unless the run disabled them)")
 
 
-def run_watch(target: str | None, interval: float, *, starting: str | None = None) -> None:
+def run_watch(target: str | None, interval: float, *, starting: str | None = None,
+              plan: tuple[str | None, list[str]] | None = None) -> None:
     """Entry point for `marinctl watch` and `marinctl demo` (a local wandb/ dir target; `starting`
-    says what is starting until its first steps are written)."""
-    WatchApp(target, interval, starting=starting).run()
+    says what is starting until its first steps are written; `plan`: TARGET already planned)."""
+    WatchApp(target, interval, starting=starting, plan=plan).run()

@@ -168,6 +168,7 @@ class KeyActions:
             self.notify("nothing to sync for this view (showing the store as is)")
             self.reload()
             return
+        self._asked_sync = True        # a failure the user asked for is said again, even if it is the same one
         self.sync_now()
 
     def set_chart_state(self: WatchApp, **changes: Any) -> None:

@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 
 FOLLOW_S = 0.5          # seconds between stats of a followed file
 CHECK_S = 2.0           # seconds between data-version checks when nothing else tells us
-PROGRESS_EVERY_S = 2.0  # during a long first read: how often to show what has landed (a read of a
-                        # short file is not slowed by redraws: the first comes after this long)
+PROGRESS_EVERY_S = 2.0  # during a long first read: after the first window (drawn at once), how often
+                        # to show what has landed (more often would slow the read with redraws)
 
 
 class Live:
@@ -109,7 +109,7 @@ class Live:
         """`sync --follow`'s loop (sync/local.py `follow`), woken early by `r`, reporting to the header."""
         from marinctl.sync.local import follow
 
-        last_post = [time.monotonic()]
+        last_post = [0.0]          # the first window that lands is drawn at once, then every PROGRESS_EVERY_S
         said = [""]
 
         def say(text: str, problem: bool = False) -> None:

@@ -83,11 +83,7 @@ class Workers:
 
     # -- the workers (threads) -------------------------------------------------------------
     def _load_worker(self: WatchApp, params: ViewParams, generation: int, job: dict[str, Any]) -> None:
-        from marinctl.store.series import data_version
-
         try:
-            with self.store.connect() as con:
-                version = data_version(con)
             view = build_view(self.store, params)
         except Exception as exc:  # noqa: BLE001
             self.post_message(msg.ViewLoaded(None, {}, generation, error=f"could not read the store: {exc}"))
@@ -95,7 +91,7 @@ class Workers:
         _keep_unchanged(view, job["old"])
         values = _exact_values(self.store, view, job["state"], job["values"])
         frames = _frames(view, job, values)
-        self.post_message(msg.ViewLoaded(view, frames, generation, version, values=values))
+        self.post_message(msg.ViewLoaded(view, frames, generation, view.version, values=values))
 
     def _paint_worker(self: WatchApp, view: View, job: dict[str, Any]) -> None:
         values = _exact_values(self.store, view, job["state"], job["values"])

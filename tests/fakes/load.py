@@ -44,12 +44,12 @@ def long_table(run: SynthRun, lo: int, hi: int) -> pa.Table:
         value_parts.append(values)
         counts.append(len(steps))
     if not names:
-        return metrics_mod.BATCH_SCHEMA.empty_table()
+        return metrics_mod.batch_schema().empty_table()
     idx = np.repeat(np.arange(len(names), dtype=np.int32), counts)
     keys = pa.DictionaryArray.from_arrays(pa.array(idx), pa.array(names, pa.string())).cast(pa.string())
     return pa.table({"step": pa.array(np.concatenate(step_parts), pa.int64()), "key": keys,
                      "value": pa.array(np.concatenate(value_parts), pa.float64())},
-                    schema=metrics_mod.BATCH_SCHEMA)
+                    schema=metrics_mod.batch_schema())
 
 
 def load_into_store(store, runs: Iterable[SynthRun], *, window: int = 10_000) -> dict[str, int]:

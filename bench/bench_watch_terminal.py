@@ -1,0 +1,170 @@
+"""`watch` in a real terminal, side by side with W&B's own viewer (LEET) and the previous release.
+
+The runs the watch issue measured: SYNTHETIC offline runs written by the real wandb SDK, 3,000 steps
+with 19 and with 649 keys (cached under /tmp). Every contender starts as a person starts it, in a
+fresh tmux pane of 160×50, and the screen is read every 10 ms:
+- first chart: launch → the `grad/norm/total` chart is on screen (braille dots; both draw while
+  they read a long file, so this chart may show a part of the run);
+- every step: launch → the screen says the run's last step is on it (LEET's summary `_step 2999`,
+  marinctl's header `step 2,999 /`);
+- RSS settled: the resident memory of the pane's processes 3 s after that.
+Contenders, stepped in turn each round (a shared machine's load hits all alike), medians printed:
+- `wandb leet RUN_DIR` (the LEET shipped inside the installed wandb package);
+- `marinctl watch WANDB_DIR` with this tree and with the previous release's `marinctl/`
+  (`git archive BASE`, BASE = the merge base with main), each with the run synced before (the
+  data home kept between rounds) and never synced (a fresh data home each time: watch reads the
+  `.wandb` file first).
+
+    nice -n 10 python bench/bench_watch_terminal.py [--rounds 3] [--keys 19 649] [--base REV]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BRAILLE = re.compile("[\u2801-\u28ff]")
+
+WRITER = """
+import math, random, sys, wandb
+keys, out = int(sys.argv[1]), sys.argv[2]
+random.seed(0)
+run = wandb.init(project="synthetic-watch-bench", name=f"synthetic-{keys}keys", dir=out, mode="offline",
+                 config={"synthetic": True, "num_train_steps": 3000}, settings=wandb.Settings(x_disable_stats=True))
+names = ["train/loss", "grad/norm/total", "optim/learning_rate"] + [f"synthetic/k{i}" for i in range(keys - 3)]
+for s in range(3000):
+    row = {k: math.sin(s / 100 + i) + random.random() * 0.01 for i, k in enumerate(names)}
+    row["train/loss"] = 2 + 8 / (1 + s / 300)
+    row["optim/learning_rate"] = 3e-3 * min(1, s / 30)
+    wandb.log(row, step=s)
+run.finish()
+wandb.teardown()
+"""
+
+
+def runs_for(keys: int) -> Path:
+    """The SDK-written `wandb/` dir of a 3,000-step run with `keys` keys (written once, cached)."""
+    out = Path(tempfile.gettempdir()) / f"marinctl-bench-watch-terminal-{keys}"
+    if not list(out.glob("wandb/offline-run-*/run-*.wandb")):
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        env = {**os.environ, "WANDB_SILENT": "true", "WANDB_MODE": "offline"}
+        subprocess.run([sys.executable, "-c", WRITER, str(keys), str(out)], check=True, env=env, timeout=900,
+                       capture_output=True)
+    return out / "wandb"
+
+
+def _tree_rss_mib(pid: str) -> float:
+    def tree(p: str) -> list[str]:
+        kids = subprocess.run(["pgrep", "-P", p], capture_output=True, text=True).stdout.split()
+        return [p] + [k for c in kids for k in tree(c)]
+
+    kib = 0
+    for p in tree(pid):
+        try:
+            kib += next(int(line.split()[1]) for line in Path(f"/proc/{p}/status").read_text().splitlines()
+                        if line.startswith("VmRSS"))
+        except (OSError, StopIteration):
+            pass
+    return kib / 1024
+
+
+def measure(command: str, first_needle: str, full: str, settle: float = 3.0,
+            timeout: float = 90.0) -> tuple[float, float, float]:
+    """(s from launch to a chart showing `first_needle`, s to the screen matching `full` (every step
+    read), RSS MiB `settle` s after that) of one fresh pane."""
+    name = f"bench{os.getpid()}_{time.monotonic_ns()}"
+    t0 = time.perf_counter()
+    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "50", command], check=True)
+    first = whole = float("nan")
+    try:
+        while time.perf_counter() - t0 < timeout:
+            screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", name], capture_output=True, text=True).stdout
+            charted = BRAILLE.search(screen) is not None
+            if math.isnan(first) and charted and first_needle in screen:
+                first = time.perf_counter() - t0
+            if charted and re.search(full, screen):
+                whole = time.perf_counter() - t0
+                break
+            time.sleep(0.01)
+        time.sleep(settle)
+        pid = subprocess.run(["tmux", "list-panes", "-t", name, "-F", "#{pane_pid}"], capture_output=True,
+                             text=True).stdout.split()
+        rss = _tree_rss_mib(pid[0]) if pid else float("nan")
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+    return first, whole, rss
+
+
+def previous_tree(base: str, dest: Path) -> Path:
+    if base == "auto":
+        base = subprocess.run(["git", "merge-base", "HEAD", "main"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "archive", base, "marinctl"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--keys", type=int, nargs="+", default=[19, 649])
+    ap.add_argument("--base", default="auto", help="git revision of the previous release (default: merge base with main)")
+    args = ap.parse_args()
+    if not shutil.which("tmux"):
+        raise SystemExit("needs tmux")
+    leet = Path(sys.executable).with_name("wandb")
+    py = sys.executable
+    anchor = f"bench{os.getpid()}_anchor"    # keeps one tmux server up between panes (a server that exits races the next start)
+    subprocess.run(["tmux", "new-session", "-d", "-s", anchor, "sleep 3600"], check=True)
+    try:
+        run_all(args, leet, py)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", anchor], capture_output=True)
+
+
+def run_all(args, leet: Path, py: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"now": ROOT, "previous": previous_tree(args.base, Path(tmp) / "previous")}
+        for keys in args.keys:
+            wandb_dir = runs_for(keys)
+            run_dir = next(wandb_dir.glob("offline-run-*"))
+            homes = {side: Path(tmp) / f"home-{side}-{keys}" for side in trees}
+
+            def marinctl(side: str, home: Path) -> str:
+                return (f"cd {tmp} && PYTHONPATH={trees[side]} MARINCTL_HOME={home} {py} -m marinctl watch {wandb_dir}")
+
+            for side, home in homes.items():     # "synced before": one sync first, kept between rounds
+                subprocess.run([py, "-m", "marinctl", "sync", str(wandb_dir)], cwd=tmp, capture_output=True, check=True,
+                               env={**os.environ, "PYTHONPATH": str(trees[side]), "MARINCTL_HOME": str(home)})
+            results: dict[str, list[tuple[float, float]]] = {}
+            for r in range(args.rounds):
+                # first chart: the grad-norm chart drawn (both show it on their first page); every step:
+                # LEET's summary sidebar at _step 2999, marinctl's header at step 2,999
+                contenders = {"LEET (wandb leet)": (f"{leet} leet {run_dir}", r"_step\s+2999\b")}
+                for side in trees:
+                    fresh = Path(tmp) / f"fresh-{side}-{keys}-{r}"
+                    contenders[f"marinctl {side}, synced before"] = (marinctl(side, homes[side]), r"step 2,999 /")
+                    contenders[f"marinctl {side}, never synced"] = (marinctl(side, fresh), r"step 2,999 /")
+                for label, (command, full) in contenders.items():
+                    results.setdefault(label, []).append(measure(command, "grad/norm/total", full))
+            print(f"\n3,000 steps × {keys} keys (SYNTHETIC, SDK-written), median of {args.rounds}")
+            print(f"{'':36s} {'first chart':>12s} {'every step':>12s} {'RSS settled':>12s}")
+            for label, rows in results.items():
+                first, whole, rss = (statistics.median(row[i] for row in rows) for i in range(3))
+                print(f"{label:36s} {first:10.2f} s {whole:10.2f} s {rss:9.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
