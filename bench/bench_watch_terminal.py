@@ -32,7 +32,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_watch import previous_tree  # noqa: E402  (the previous release's marinctl/, git archive)
+from harness import ROOT, tree_rss_mib  # noqa: E402
+
 BRAILLE = re.compile("[\u2801-\u28ff]")
 
 WRITER = """
@@ -64,21 +68,6 @@ def runs_for(keys: int) -> Path:
     return out / "wandb"
 
 
-def _tree_rss_mib(pid: str) -> float:
-    def tree(p: str) -> list[str]:
-        kids = subprocess.run(["pgrep", "-P", p], capture_output=True, text=True).stdout.split()
-        return [p] + [k for c in kids for k in tree(c)]
-
-    kib = 0
-    for p in tree(pid):
-        try:
-            kib += next(int(line.split()[1]) for line in Path(f"/proc/{p}/status").read_text().splitlines()
-                        if line.startswith("VmRSS"))
-        except (OSError, StopIteration):
-            pass
-    return kib / 1024
-
-
 def measure(command: str, first_needle: str, full: str, settle: float = 3.0,
             timeout: float = 90.0) -> tuple[float, float, float]:
     """(s from launch to a chart showing `first_needle`, s to the screen matching `full` (every step
@@ -100,20 +89,10 @@ def measure(command: str, first_needle: str, full: str, settle: float = 3.0,
         time.sleep(settle)
         pid = subprocess.run(["tmux", "list-panes", "-t", name, "-F", "#{pane_pid}"], capture_output=True,
                              text=True).stdout.split()
-        rss = _tree_rss_mib(pid[0]) if pid else float("nan")
+        rss = tree_rss_mib(int(pid[0])) if pid else float("nan")
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
     return first, whole, rss
-
-
-def previous_tree(base: str, dest: Path) -> Path:
-    if base == "auto":
-        base = subprocess.run(["git", "merge-base", "HEAD", "main"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    dest.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(["git", "archive", base, "marinctl"], cwd=ROOT, capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    return dest
 
 
 def main() -> None:
