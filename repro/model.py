@@ -150,6 +150,33 @@ def gated_norm(cfg: ModelConfig) -> nn.Module:
 
 # --- short convolution ----------------------------------------------------------------------------
 
+class CausalDepthwiseConv(torch.autograd.Function):
+    """out[t] = Σ_lag w[lag]·x[t−lag], written tap by tap into one output with in-place multiply-adds on
+    shifted slices, backward likewise (autograd's pad-mul-add chain makes a padded copy, a product and a
+    sum per tap each way: measured 3.5× slower at the proxy's (32, 256, 192))."""
+
+    @staticmethod
+    def forward(ctx, x_BSC: torch.Tensor, w_KC: torch.Tensor) -> torch.Tensor:
+        taps = min(w_KC.shape[0], x_BSC.shape[1])
+        out = x_BSC * w_KC[0]
+        for lag in range(1, taps):
+            out[:, lag:].addcmul_(x_BSC[:, :-lag], w_KC[lag])
+        ctx.save_for_backward(x_BSC, w_KC)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_BSC):
+        x_BSC, w_KC = ctx.saved_tensors
+        taps = min(w_KC.shape[0], x_BSC.shape[1])
+        grad_x = grad_BSC * w_KC[0]
+        grad_w = torch.zeros(w_KC.shape, dtype=torch.float32, device=w_KC.device)
+        grad_w[0] = (grad_BSC * x_BSC).sum((0, 1), dtype=torch.float32)
+        for lag in range(1, taps):
+            grad_x[:, :-lag].addcmul_(grad_BSC[:, lag:], w_KC[lag])
+            grad_w[lag] = (grad_BSC[:, lag:] * x_BSC[:, :-lag]).sum((0, 1), dtype=torch.float32)
+        return grad_x, grad_w.to(w_KC.dtype)
+
+
 class ShortConv(nn.Module):
     """Depthwise causal conv over the sequence: out[t] = Σ_lag w[lag]·x[t−lag]; identity at init."""
 
@@ -160,14 +187,7 @@ class ShortConv(nn.Module):
         self.weight = nn.Parameter(w)
 
     def forward(self, x_BSC: torch.Tensor) -> torch.Tensor:
-        S = x_BSC.shape[1]
-        w = self.weight.to(x_BSC.dtype)
-        out = x_BSC * w[0]
-        for lag in range(1, w.shape[0]):
-            if lag >= S:
-                break
-            out = out + F.pad(x_BSC[:, :-lag], (0, 0, lag, 0)) * w[lag]
-        return out
+        return CausalDepthwiseConv.apply(x_BSC, self.weight.to(x_BSC.dtype))
 
 
 def short_conv(cfg: ModelConfig, site: str, channels: int) -> nn.Module:

@@ -9,8 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from repro import accounting, ladder, recipe  # noqa: E402
-from repro.model import (Attention, CrossEntropyZLoss, GatedNorm, ModelConfig, MoEDecoder, ShortConv,  # noqa: E402
-                         apply_rotary, rotary_tables)
+from repro.model import (Attention, CausalDepthwiseConv, CrossEntropyZLoss, GatedNorm, ModelConfig,  # noqa: E402
+                         MoEDecoder, ShortConv, apply_rotary, rotary_tables)
 from repro.moe import MoE, qb_beta_hist, qb_beta_topk  # noqa: E402
 
 torch.set_num_threads(1)
@@ -183,6 +183,16 @@ def test_short_conv_is_causal_and_identity_at_init():
     t = 7
     expected = sum(conv.weight[lag] * x[:, t - lag] for lag in range(4))
     assert torch.allclose(y[:, t], expected, atol=1e-6)
+
+
+def test_short_conv_hand_written_backward_matches_autograd_of_the_formula():
+    torch.manual_seed(0)
+    for S in (10, 2):  # a sequence longer and one shorter than the kernel
+        x = torch.randn(2, S, 6, dtype=torch.float64)[..., :5].requires_grad_()  # a strided view, as k's slice is
+        w = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(lambda x_, w_: CausalDepthwiseConv.apply(x_, w_), (x, w))
+        brute = sum(w[lag] * torch.nn.functional.pad(x[:, :S - lag], (0, 0, lag, 0)) for lag in range(min(4, S)))
+        assert torch.allclose(CausalDepthwiseConv.apply(x, w), brute)
 
 
 def test_gated_norm_is_x_times_sigmoid_of_its_low_rank_gate():
