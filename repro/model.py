@@ -238,28 +238,34 @@ class Attention(nn.Module):
         H, M, G, Hd = cfg.num_heads, cfg.stored_kv_heads, self.n_kv, cfg.head_dim
         # one matmul for q, k and v (three MuonH matrices, concatenated for the product only)
         q_BSX, k_BSX, v_BSX = (x_BSD @ torch.cat([self.w_q, self.w_k, self.w_v], 1)).split([H * Hd, M * Hd, M * Hd], -1)
-        q_BSHHd = q_BSX.reshape(B, S, H, Hd)
-        k_BSGHd = self.sconv_k(k_BSX).reshape(B, S, M, Hd)[:, :, :G]   # this layer's logical kv heads
-        v_BSGHd = v_BSX.reshape(B, S, M, Hd)[:, :, :G]
+        q_BSHHd = q_BSX.view(B, S, H, Hd)
+        k_BSGHd = self.sconv_k(k_BSX).view(B, S, M, Hd)   # this layer's logical kv heads: the first G
+        v_BSGHd = v_BSX.view(B, S, M, Hd)
+        if G < M:
+            k_BSGHd, v_BSGHd = k_BSGHd[:, :, :G], v_BSGHd[:, :, :G]
         if cfg.qk_norm:
             q_BSHHd, k_BSGHd = rms_norm(q_BSHHd), rms_norm(k_BSGHd)
         if self.rotate:
             q_BSHHd, k_BSGHd = apply_rotary(q_BSHHd, *rope), apply_rotary(k_BSGHd, *rope)
-        q_BHSHd = (q_BSHHd * cfg.qk_mult).transpose(1, 2)
-        k_BGSHd, v_BGSHd = k_BSGHd.transpose(1, 2), v_BSGHd.transpose(1, 2)
+        # qk_mult folded into the softmax scale: softmax(qk_mult·q·kᵀ/√Hd), without a pass over q
+        q_BHSHd, k_BGSHd, v_BGSHd = q_BSHHd.transpose(1, 2), k_BSGHd.transpose(1, 2), v_BSGHd.transpose(1, 2)
+        scale = cfg.qk_mult / math.sqrt(Hd)
         if self.is_global or cfg.sliding_window >= S:
-            y_BHSHd = F.scaled_dot_product_attention(q_BHSHd, k_BGSHd, v_BGSHd, is_causal=True, enable_gqa=True)
+            y_BHSHd = F.scaled_dot_product_attention(q_BHSHd, k_BGSHd, v_BGSHd, is_causal=True, scale=scale,
+                                                     enable_gqa=True)
         else:
             y_BHSHd = F.scaled_dot_product_attention(q_BHSHd, k_BGSHd, v_BGSHd, attn_mask=window_SS[:S, :S],
-                                                     enable_gqa=True)
+                                                     scale=scale, enable_gqa=True)
+        # back to (B, S, H, Hd), the layout SDPA writes, with query heads grouped under their kv head
+        y_BSGRHd = y_BHSHd.transpose(1, 2).reshape(B, S, G, H // G, Hd)
+        v_BSG1Hd = v_BSGHd.unsqueeze(3)
         if cfg.xsa:  # exclusive self attention: drop the part of each head's output along its own value
-            v_BHSHd = v_BGSHd.repeat_interleave(H // G, dim=1)
-            along = (y_BHSHd * v_BHSHd).sum(-1, keepdim=True) / (v_BHSHd.pow(2).sum(-1, keepdim=True) + 1e-6)
-            y_BHSHd = y_BHSHd - along * v_BHSHd
+            along = (y_BSGRHd * v_BSG1Hd).sum(-1, keepdim=True) / (v_BSG1Hd.pow(2).sum(-1, keepdim=True) + 1e-6)
+            y_BSGRHd = y_BSGRHd - along * v_BSG1Hd
         if self.attn_gate is not None:  # headwise gate 2·σ(x·attn_gate), one scalar per (token, head)
-            gate_BHS = 2 * torch.sigmoid(x_BSD @ self.attn_gate.to(x_BSD.dtype)).transpose(1, 2)
-            y_BHSHd = y_BHSHd * gate_BHS.unsqueeze(-1).to(y_BHSHd.dtype)
-        return y_BHSHd.transpose(1, 2).reshape(B, S, H * Hd) @ self.w_o
+            gate_BSH = 2 * torch.sigmoid(x_BSD @ self.attn_gate.to(x_BSD.dtype))
+            y_BSGRHd = y_BSGRHd * gate_BSH.view(B, S, G, H // G, 1).to(y_BSGRHd.dtype)
+        return y_BSGRHd.reshape(B, S, H * Hd) @ self.w_o
 
 
 # --- SwiGLU: dense layers and shared experts ------------------------------------------------------

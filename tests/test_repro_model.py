@@ -170,6 +170,50 @@ def test_attention_gate_starts_at_one_and_xsa_removes_the_own_value_direction():
     assert torch.allclose(attn(x, rotary_tables(cfg), window).view(2, 16, 2, 16), y * gate[..., None], atol=1e-5)
 
 
+def _attention_by_the_formula(attn, x, cfg, layer_is_global):
+    """Attention written the plain way: repeat kv heads, explicit masked softmax, XSA, gate, w_o."""
+    B, S, _ = x.shape
+    H, M, Hd = cfg.num_heads, cfg.stored_kv_heads, cfg.head_dim
+    G = cfg.global_kv_heads if layer_is_global else cfg.local_kv_heads
+    q = (x @ attn.w_q).view(B, S, H, Hd)
+    k = attn.sconv_k(x @ attn.w_k).view(B, S, M, Hd)[:, :, :G]
+    v = (x @ attn.w_v).view(B, S, M, Hd)[:, :, :G]
+    q, k = [torch.nn.functional.rms_norm(t.float(), (Hd,), eps=1e-6).double() for t in (q, k)]  # fp32 statistics
+    if not layer_is_global:
+        cos, sin = rotary_tables(cfg)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+    q, k, v = q.transpose(1, 2) * cfg.qk_mult, k.transpose(1, 2), v.transpose(1, 2)
+    k, v = k.repeat_interleave(H // G, 1), v.repeat_interleave(H // G, 1)
+    i = torch.arange(S)
+    allowed = (i[None, :] <= i[:, None]) & (layer_is_global | (i[:, None] - i[None, :] < cfg.sliding_window))
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(Hd)).masked_fill(~allowed, float("-inf"))
+    y = scores.softmax(-1) @ v
+    y = y - (y * v).sum(-1, keepdim=True) / (v.pow(2).sum(-1, keepdim=True) + 1e-6) * v
+    y = y * 2 * torch.sigmoid(x @ attn.attn_gate).transpose(1, 2).unsqueeze(-1)
+    return y.transpose(1, 2).reshape(B, S, H * Hd) @ attn.w_o
+
+
+@pytest.mark.parametrize("layer", [0, 3])  # a local (windowed, rotated) layer and a global one
+def test_attention_matches_the_plain_formula_forward_and_backward(layer):
+    torch.manual_seed(0)
+    cfg = tiny(num_layers=4, num_heads=4, local_kv_heads=2, global_kv_heads=1, seq_len=40, sliding_window=12)
+    attn = Attention(cfg, layer).double()
+    with torch.no_grad():
+        attn.attn_gate.normal_()
+        attn.sconv_k.weight.normal_()
+    x = torch.randn(3, 40, 32, dtype=torch.float64, requires_grad=True)
+    window = MoEDecoder(cfg).window_mask
+    rope = tuple(t.double() for t in rotary_tables(cfg))
+    y = attn(x, rope, window)
+    ref = _attention_by_the_formula(attn, x, cfg, attn.is_global)
+    assert torch.allclose(y, ref, atol=1e-10)
+    g = torch.randn_like(y)
+    got = torch.autograd.grad(y, [x, *attn.parameters()], g)
+    want = torch.autograd.grad(ref, [x, *attn.parameters()], g)
+    for a, b in zip(got, want):
+        assert torch.allclose(a, b, atol=1e-9)
+
+
 def test_short_conv_is_causal_and_identity_at_init():
     conv = ShortConv(3, 4)
     x = torch.randn(2, 10, 3)
