@@ -216,6 +216,38 @@ def apply_rotary(x_BSHHd: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) ->
 
 # --- attention ------------------------------------------------------------------------------------
 
+def windowed_attention(q_BSHHd: torch.Tensor, k_BSGHd: torch.Tensor, v_BSGHd: torch.Tensor, window: int,
+                       scale: float, window_SS: torch.Tensor) -> torch.Tensor:
+    """Causal attention over each query's last `window` positions, (B, S, H, Hd) in and out. Queries go in
+    blocks of Q that each see only the Q + P keys able to reach them (P ≥ window − 1, a multiple of Q), so
+    the product costs (Q + P)/S of the full S × S one (SDPA computes every pair a mask allows or not).
+    Padding keys (before position 0, after the end) are masked; padding queries are dropped."""
+    B, S, H, Hd = q_BSHHd.shape
+    G = k_BSGHd.shape[2]
+    Q = max(16, window // 4)
+    P = -(-(window - 1) // Q) * Q
+    N, span = -(-S // Q), Q + P
+    if span >= S:  # nothing to skip
+        return F.scaled_dot_product_attention(q_BSHHd.transpose(1, 2), k_BSGHd.transpose(1, 2), v_BSGHd.transpose(1, 2),
+                                              attn_mask=window_SS[:S, :S], scale=scale, enable_gqa=True).transpose(1, 2)
+    tail = N * Q - S
+    q_BNQHHd = F.pad(q_BSHHd, (0, 0, 0, 0, 0, tail)).view(B * N, Q, H, Hd)
+
+    def key_windows(x_BSGHd: torch.Tensor) -> torch.Tensor:  # block n's keys: positions n·Q − P … n·Q + Q − 1
+        padded = F.pad(x_BSGHd, (0, 0, 0, 0, P, tail))
+        return padded.unfold(1, span, Q).permute(0, 1, 2, 4, 3).reshape(B * N, G, span, Hd)
+
+    query = torch.arange(Q, device=q_BSHHd.device)[:, None] + P        # positions relative to the block's key 0
+    key = torch.arange(span, device=q_BSHHd.device)[None, :]
+    lag = query - key
+    starts = torch.arange(N, device=q_BSHHd.device)[:, None, None] * Q - P
+    mask_NQK = (lag >= 0) & (lag < window) & (key + starts >= 0)
+    mask = mask_NQK.unsqueeze(0).expand(B, N, Q, span).reshape(B * N, 1, Q, span)
+    y = F.scaled_dot_product_attention(q_BNQHHd.transpose(1, 2), key_windows(k_BSGHd), key_windows(v_BSGHd),
+                                       attn_mask=mask, scale=scale, enable_gqa=True)
+    return y.transpose(1, 2).reshape(B, N * Q, H, Hd)[:, :S]
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
@@ -248,16 +280,16 @@ class Attention(nn.Module):
         if self.rotate:
             q_BSHHd, k_BSGHd = apply_rotary(q_BSHHd, *rope), apply_rotary(k_BSGHd, *rope)
         # qk_mult folded into the softmax scale: softmax(qk_mult·q·kᵀ/√Hd), without a pass over q
-        q_BHSHd, k_BGSHd, v_BGSHd = q_BSHHd.transpose(1, 2), k_BSGHd.transpose(1, 2), v_BSGHd.transpose(1, 2)
         scale = cfg.qk_mult / math.sqrt(Hd)
         if self.is_global or cfg.sliding_window >= S:
-            y_BHSHd = F.scaled_dot_product_attention(q_BHSHd, k_BGSHd, v_BGSHd, is_causal=True, scale=scale,
+            y_BHSHd = F.scaled_dot_product_attention(q_BSHHd.transpose(1, 2), k_BSGHd.transpose(1, 2),
+                                                     v_BSGHd.transpose(1, 2), is_causal=True, scale=scale,
                                                      enable_gqa=True)
+            y_BSHHd = y_BHSHd.transpose(1, 2)
         else:
-            y_BHSHd = F.scaled_dot_product_attention(q_BHSHd, k_BGSHd, v_BGSHd, attn_mask=window_SS[:S, :S],
-                                                     scale=scale, enable_gqa=True)
+            y_BSHHd = windowed_attention(q_BSHHd, k_BSGHd, v_BSGHd, cfg.sliding_window, scale, window_SS)
         # back to (B, S, H, Hd), the layout SDPA writes, with query heads grouped under their kv head
-        y_BSGRHd = y_BHSHd.transpose(1, 2).reshape(B, S, G, H // G, Hd)
+        y_BSGRHd = y_BSHHd.reshape(B, S, G, H // G, Hd)
         v_BSG1Hd = v_BSGHd.unsqueeze(3)
         if cfg.xsa:  # exclusive self attention: drop the part of each head's output along its own value
             along = (y_BSGRHd * v_BSG1Hd).sum(-1, keepdim=True) / (v_BSG1Hd.pow(2).sum(-1, keepdim=True) + 1e-6)
