@@ -52,12 +52,16 @@ def qb_beta_hist(margins_TE: torch.Tensor, top_k: int, bins: int) -> tuple[torch
     width = (torch.maximum(hi, lo + 1e-6) - lo) / bins
     idx_TE = ((margins_TE - lo) / width).long().clamp_(0, bins - 1)
     flat = (idx_TE + torch.arange(E, device=idx_TE.device) * bins).reshape(-1)
-    counts = torch.zeros(E * bins, device=margins_TE.device).scatter_add_(0, flat, torch.ones_like(flat, dtype=torch.float))
-    counts_EB = dist.all_reduce(counts, "sum").view(E, bins)
-    from_top_EB = counts_EB.flip(-1).cumsum(-1).flip(-1)           # margins in this bin or above
-    b = ((from_top_EB >= target).sum(-1) - 1).clamp(0, bins - 1)    # the bin where the count crosses T·K/E
-    above = from_top_EB.gather(1, b[:, None]).squeeze(1)
+    counts_EB = dist.all_reduce(torch.bincount(flat, minlength=E * bins), "sum").view(E, bins)  # int64: exact
+    # Σ_{j ≥ b} counts (the count from the top) = tokens − cum[b − 1], so the crossing bin — the last b whose
+    # count from the top reaches T·K/E — is the number of cum[b'] ≤ tokens − ⌈T·K/E⌉: one binary search a row
+    cum_EB = counts_EB.cumsum(-1)
+    total_E1 = cum_EB[:, -1:]
+    b = torch.searchsorted(cum_EB, total_E1 - target.to(torch.float64).ceil().long(), right=True).squeeze(1)
+    b = b.clamp(0, bins - 1)
     inside = counts_EB.gather(1, b[:, None]).squeeze(1)
+    above = (total_E1.squeeze(1) - cum_EB.gather(1, b[:, None]).squeeze(1) + inside).float()
+    inside = inside.float()
     beta_E = lo + b * width + width * (above - target) / inside.clamp(min=1.0)
     return beta_E, lo, hi
 

@@ -67,6 +67,34 @@ def test_qb_hist_matches_the_exact_quantile_and_topk_is_exact():
     assert ((margins > beta).sum(0) - count).abs().max() <= 2
 
 
+def _qb_hist_by_the_formula(margins, top_k, bins):
+    """marin.md §1.3 as written: a float histogram per expert, counts from the top by flip-cumsum-flip,
+    the last bin whose count from the top reaches T·K/E, interpolation inside it."""
+    T, E = margins.shape
+    lo, hi = margins.min(), margins.max()
+    target = torch.tensor(float(T)) * top_k / E
+    width = (torch.maximum(hi, lo + 1e-6) - lo) / bins
+    idx = ((margins - lo) / width).long().clamp_(0, bins - 1)
+    flat = (idx + torch.arange(E) * bins).reshape(-1)
+    counts = torch.zeros(E * bins).scatter_add_(0, flat, torch.ones_like(flat, dtype=torch.float)).view(E, bins)
+    from_top = counts.flip(-1).cumsum(-1).flip(-1)
+    b = ((from_top >= target).sum(-1) - 1).clamp(0, bins - 1)
+    above, inside = from_top.gather(1, b[:, None]).squeeze(1), counts.gather(1, b[:, None]).squeeze(1)
+    return lo + b * width + width * (above - target) / inside.clamp(min=1.0)
+
+
+@pytest.mark.parametrize("case", ["normal", "ties", "few_tokens", "coarse"])
+def test_qb_hist_gives_exactly_the_beta_of_the_written_out_histogram(case):
+    g = torch.Generator().manual_seed(3)
+    T, E, K, bins = {"normal": (4096, 24, 3, 10_000), "ties": (2048, 16, 2, 10_000), "few_tokens": (9, 8, 2, 10_000),
+                     "coarse": (3000, 12, 2, 7)}[case]
+    margins = torch.randn(T, E, generator=g) * 3 - 1
+    if case == "ties":  # many margins on the same few values: crossings land on bin edges
+        margins = margins.round()
+    beta, _, _ = qb_beta_hist(margins, K, bins)
+    assert torch.equal(beta, _qb_hist_by_the_formula(margins, K, bins))
+
+
 def test_qb_bias_is_replaced_mean_centred_and_balances_the_next_step():
     torch.manual_seed(0)
     moe = MoE(tiny(qb_estimator="hist")).train()
