@@ -76,6 +76,23 @@ def qb_beta_topk(margins_TE: torch.Tensor, top_k: int) -> torch.Tensor:
     return packed[:E] / packed[E]
 
 
+@torch.no_grad()
+def top_k_rows(x_TE: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values, ids) of each row's k largest, largest first. For the few a route picks (K+1 ≤ 4), k passes
+    of max cost a quarter of `topk` on a CPU (8,192 × 96, k = 3: 15.6 → 3.9 ms); above that, `topk`."""
+    if k > 4:
+        return x_TE.topk(k, dim=-1)
+    rest = x_TE.clone()
+    vals, ids = [], []
+    for i in range(k):
+        v, j = rest.max(-1, keepdim=True)
+        vals.append(v)
+        ids.append(j)
+        if i < k - 1:
+            rest.scatter_(1, j, float("-inf"))
+    return torch.cat(vals, 1), torch.cat(ids, 1)
+
+
 # --- experts --------------------------------------------------------------------------------------
 
 class Experts(nn.Module):
@@ -131,7 +148,7 @@ class MoE(nn.Module):
         # --- route, in fp32: the bias only chooses; the combine weights use the unbiased logits
         with torch.autocast(x_TD.device.type, enabled=False):
             logits_TE = x_TD.float() @ self.router.float()
-        top_vals_TK1, top_ids_TK1 = (logits_TE + self.router_bias).topk(K + 1, dim=-1)
+        top_vals_TK1, top_ids_TK1 = top_k_rows(logits_TE.detach() + self.router_bias, K + 1)
         ids_TK, alpha_T = top_ids_TK1[:, :K], top_vals_TK1[:, K].detach()
         gates_TK = torch.sigmoid(logits_TE.gather(1, ids_TK))
         gates_TK = gates_TK * (cfg.routing_renorm_sum / (gates_TK.sum(-1, keepdim=True) + 1e-9))
@@ -170,11 +187,11 @@ class MoE(nn.Module):
         token_of_slot = torch.full((E * C + 1,), T, device=x_TD.device, dtype=torch.long)
         token_of_slot.scatter_(0, slot_N, torch.arange(N, device=x_TD.device) // K)    # T: an empty slot
         x_ext = torch.cat([x_TL, x_TL.new_zeros(1, L)])
-        y_ECL = self.expert_mlp(x_ext[token_of_slot[:E * C]].view(E, C, L))
+        y_ECL = self.expert_mlp(x_ext.index_select(0, token_of_slot[:E * C]).view(E, C, L))
 
         # --- combine: each token's K slots, weighted, summed; dropped assignments read a zero row
         y_ext = torch.cat([y_ECL.reshape(E * C, L), y_ECL.new_zeros(1, L)])
-        out_TL = (y_ext[slot_N].view(T, K, L) * gates_TK.unsqueeze(-1).to(y_ext.dtype)).sum(1)
+        out_TL = (y_ext.index_select(0, slot_N).view(T, K, L) * gates_TK.unsqueeze(-1).to(y_ext.dtype)).sum(1)
         out_TD = out_TL @ self.w_latent_up if cfg.latent_dim is not None else out_TL
 
         with torch.no_grad():

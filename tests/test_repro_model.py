@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from repro import accounting, ladder, recipe  # noqa: E402
 from repro.model import (Attention, CausalDepthwiseConv, CrossEntropyZLoss, GatedNorm, ModelConfig,  # noqa: E402
                          MoEDecoder, ShortConv, apply_rotary, rotary_tables)
-from repro.moe import MoE, qb_beta_hist, qb_beta_topk  # noqa: E402
+from repro.moe import MoE, qb_beta_hist, qb_beta_topk, top_k_rows  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -125,6 +125,14 @@ def test_router_bias_is_a_buffer_without_gradient_and_only_chooses():
     loss, _ = model(idx, idx)
     loss.backward()
     assert bias.grad is None and model.stacked_blocks[0].mlp.router.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("k", [1, 3, 4, 6])
+def test_route_selection_picks_what_topk_picks(k):
+    x = torch.randn(500, 24, generator=torch.Generator().manual_seed(k))
+    values, ids = top_k_rows(x, k)
+    want = x.topk(k, dim=-1)
+    assert torch.equal(values, want.values) and torch.equal(ids, want.indices)
 
 
 def test_capacity_drops_the_overflow_and_counts_it():
