@@ -111,9 +111,37 @@ class ModelConfig:
 
 # --- norms ----------------------------------------------------------------------------------------
 
+class RMSNormFunction(torch.autograd.Function):
+    """x / rms(x) (· gain), statistics in fp32 (or the input's float64), with its backward written out:
+    gx = r·(g·w − x̂·mean(g·w·x̂)), gw = Σ g·x̂. (torch has no CPU kernel for the fused RMSNorm backward, so
+    autograd runs the decomposed formula: ~15 passes over the activation; this is ~6. At the proxy's
+    (32, 256, 192), 1 thread: 9.3 → 5.5 ms forward+backward with a gain, 7.4 → 3.8 ms without.)"""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+        xf = x if x.dtype == torch.float64 else x.float()
+        r = torch.linalg.vector_norm(xf, dim=-1, keepdim=True).square_().div_(x.shape[-1]).add_(eps).rsqrt_()
+        xhat = xf * r
+        ctx.save_for_backward(xhat, r, weight)
+        ctx.in_dtype = x.dtype
+        return (xhat * weight if weight is not None else xhat).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        xhat, r, weight = ctx.saved_tensors
+        g = grad.to(xhat.dtype)
+        gw = g * weight if weight is not None else g
+        dot = torch.linalg.vecdot(gw, xhat, dim=-1).unsqueeze(-1).div_(xhat.shape[-1])
+        grad_x = torch.addcmul(gw, xhat, dot, value=-1).mul_(r).to(ctx.in_dtype)
+        grad_w = None
+        if weight is not None and ctx.needs_input_grad[1]:
+            grad_w = (g * xhat).reshape(-1, xhat.shape[-1]).sum(0).to(weight.dtype)
+        return grad_x, grad_w, None
+
+
 def rms_norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """Parameter-free RMS norm over the last dim (used on q and k)."""
-    return F.rms_norm(x.float(), (x.shape[-1],), eps=eps).type_as(x)
+    return RMSNormFunction.apply(x, None, eps)
 
 
 class RMSNorm(nn.Module):
@@ -123,7 +151,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x.float(), (x.shape[-1],), self.weight, self.eps).type_as(x)
+        return RMSNormFunction.apply(x, self.weight, self.eps)
 
 
 class GatedNorm(nn.Module):

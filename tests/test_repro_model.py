@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 from repro import accounting, ladder, recipe  # noqa: E402
 from repro.model import (Attention, CausalDepthwiseConv, CrossEntropyZLoss, GatedNorm, ModelConfig,  # noqa: E402
-                         MoEDecoder, ShortConv, apply_rotary, rotary_tables)
+                         MoEDecoder, RMSNormFunction, ShortConv, apply_rotary, rotary_tables)
 from repro.moe import MoE, qb_beta_hist, qb_beta_topk, top_k_rows  # noqa: E402
 
 torch.set_num_threads(1)
@@ -214,7 +214,7 @@ def _attention_by_the_formula(attn, x, cfg, layer_is_global):
     q = (x @ attn.w_q).view(B, S, H, Hd)
     k = attn.sconv_k(x @ attn.w_k).view(B, S, M, Hd)[:, :, :G]
     v = (x @ attn.w_v).view(B, S, M, Hd)[:, :, :G]
-    q, k = [torch.nn.functional.rms_norm(t.float(), (Hd,), eps=1e-6).double() for t in (q, k)]  # fp32 statistics
+    q, k = [torch.nn.functional.rms_norm(t, (Hd,), eps=1e-6) for t in (q, k)]
     if not layer_is_global:
         cos, sin = rotary_tables(cfg)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
@@ -273,6 +273,21 @@ def test_short_conv_hand_written_backward_matches_autograd_of_the_formula():
         assert torch.autograd.gradcheck(lambda x_, w_: CausalDepthwiseConv.apply(x_, w_), (x, w))
         brute = sum(w[lag] * torch.nn.functional.pad(x[:, :S - lag], (0, 0, lag, 0)) for lag in range(min(4, S)))
         assert torch.allclose(CausalDepthwiseConv.apply(x, w), brute)
+
+
+@pytest.mark.parametrize("gain", [True, False])
+def test_rms_norm_hand_written_backward_matches_autograd_of_the_formula(gain):
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(8, dtype=torch.float64, requires_grad=True) if gain else None
+    inputs = (x, w) if gain else (x,)
+    assert torch.autograd.gradcheck(lambda *a: RMSNormFunction.apply(a[0], a[1] if gain else None, 1e-5), inputs)
+    want = torch.nn.functional.rms_norm(x, (8,), w, 1e-5)
+    assert torch.allclose(RMSNormFunction.apply(x, w, 1e-5), want, atol=1e-12)
+    x32 = x.detach().float().to(torch.bfloat16)  # low-precision input: fp32 statistics, output in the input's dtype
+    out = RMSNormFunction.apply(x32, None, 1e-5)
+    assert out.dtype == torch.bfloat16
+    assert torch.allclose(out.float(), torch.nn.functional.rms_norm(x32.float(), (8,), None, 1e-5), atol=1e-2)
 
 
 def test_gated_norm_is_x_times_sigmoid_of_its_low_rank_gate():
