@@ -296,8 +296,11 @@ class Attention(nn.Module):
         cfg = self.cfg
         B, S, _ = x_BSD.shape
         H, M, G, Hd = cfg.num_heads, cfg.stored_kv_heads, self.n_kv, cfg.head_dim
-        # one matmul for q, k and v (three MuonH matrices, concatenated for the product only)
-        q_BSX, k_BSX, v_BSX = (x_BSD @ torch.cat([self.w_q, self.w_k, self.w_v], 1)).split([H * Hd, M * Hd, M * Hd], -1)
+        # one matmul for q, k, v and the head gate's logits (three MuonH matrices and an Adam one, concatenated
+        # for the product only: the gate's own (D, H) product ran at a tenth of the matmul rate)
+        gate = [self.attn_gate] if self.attn_gate is not None else []
+        q_BSX, k_BSX, v_BSX, *gate_BSH = (x_BSD @ torch.cat([self.w_q, self.w_k, self.w_v, *gate], 1)).split(
+            [H * Hd, M * Hd, M * Hd, *(H for _ in gate)], -1)
         q_BSHHd = q_BSX.view(B, S, H, Hd)
         k_BSGHd = self.sconv_k(k_BSX).view(B, S, M, Hd)   # this layer's logical kv heads: the first G
         v_BSGHd = v_BSX.view(B, S, M, Hd)
@@ -323,7 +326,7 @@ class Attention(nn.Module):
             along = (y_BSGRHd * v_BSG1Hd).sum(-1, keepdim=True) / (v_BSG1Hd.pow(2).sum(-1, keepdim=True) + 1e-6)
             y_BSGRHd = y_BSGRHd - along * v_BSG1Hd
         if self.attn_gate is not None:  # headwise gate 2·σ(x·attn_gate), one scalar per (token, head)
-            gate_BSH = 2 * torch.sigmoid(x_BSD @ self.attn_gate.to(x_BSD.dtype))
+            gate_BSH = 2 * torch.sigmoid(gate_BSH[0])
             y_BSGRHd = y_BSGRHd * gate_BSH.view(B, S, G, H // G, 1).to(y_BSGRHd.dtype)
         return y_BSGRHd.reshape(B, S, H * Hd) @ self.w_o
 
