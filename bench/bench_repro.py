@@ -13,11 +13,37 @@ rounds:
   batched_mm gathers a weight copy per assignment and needs several GB at this size).
 Printed: the machine's fp32 and bf16 matmul peaks (best of 5 timed runs at two sizes), tokens/s,
 repro's share of the peak (analytic FLOPs, accounting.py: 6 × matmul weights a token uses +
-attention), and the two ratios the issue targets: repro (recipe) / HF, and repro's share of the bf16
-peak (plus of the peak of the dtype it computes in). transformers is a bench-only dependency:
-`pip install transformers`.
+attention), repro's forward+backward and optimizer seconds, MuonH's Newton–Schulz FLOPs, the two
+ratios the issue targets — repro (recipe) / HF, and repro's share of the bf16 peak (plus of the peak
+of the dtype it computes in) — and the bound: what share of the peak the whole step would need for
+1.5× HF's default. transformers is a bench-only dependency: `pip install transformers`.
 
     python bench/bench_repro.py [--rung rung1] [--steps 6] [--batch 32] [--threads N] [--dtype auto]
+
+On a loaded 2-core machine pass `--threads 1`: two OpenMP threads that keep losing their core spin at
+every barrier, and at load average 4 the two-thread figures scatter 2–4× (measured), for every contender.
+
+What bounds the ratio (rung1 proxy, fp32, 8,192 tokens a step, profiled with torch.profiler): HF's
+Qwen2-MoE and the proxy do the same model FLOPs (13.8 MFLOP a token: HF's wider experts and shared
+expert against the latent projections, GatedNorm and capacity padding), and on top the recipe's
+MuonH runs Newton–Schulz over every matrix, 34 GFLOP a step that HF's AdamW does not do (≈ 0.47 s of
+a 1-thread step: 15 batched 1,152 × 96 × 96 products at the machine's small-matrix matmul rate).
+Matmuls are ~80% of the step and run at 70–90% of the measured peak; flash attention at Hd 32
+(~17 GFLOP/s) and the elementwise passes of the norms, gates, short convs and routing are the rest.
+1.5× HF's default would need the whole step at ~85–90% of the peak (the BOUND line); HF runs at ~45%.
+Speed-ups made (each its own commit, measured there): hand-written backward for short convs and
+RMSNorm (torch has no CPU kernel for the fused RMSNorm backward), windowed attention by query blocks
+that see only the keys that can reach them, XSA in SDPA's own layout without repeating kv heads,
+qk_mult in the softmax scale, the head gate's logits out of the q/k/v matmul, QB's histogram by
+bincount and a binary search a row (identical β), route selection by K+1 passes of max, index_select
+dispatch/combine, Newton–Schulz without the addend copies of baddbmm. Tried and left out, measured:
+a chunked fused lm_head + cross-entropy (no faster: the three (8192 × 192 × 4096) matmuls are the
+cost, at ~85% of peak already), math attention with the kv head folded into the query rows (no
+faster than flash), a hand-written XSA backward (2 ms a layer), Adam(foreach) (4 ms optimizer).
+torch.compile (inductor, C++ codegen; gcc is present here): on `marinctl demo`'s proxy (head_dim 16,
+batch 16, 1 thread) the first step took 147 s cold and 53 s with inductor's cache warm, then
+0.60–0.90 s a step against eager's 0.65–0.99 s — no measurable gain per step, and the compile alone
+outlasts the demo's 60 steps, so it is not used.
 """
 
 from __future__ import annotations
@@ -37,7 +63,7 @@ from repro import recipe  # noqa: E402
 from repro.accounting import flops_per_token  # noqa: E402
 from repro.machine import compute_dtype, keep_freed_memory, measure_matmul_peak  # noqa: E402
 from repro.model import MoEDecoder  # noqa: E402
-from repro.optim import Optimizers  # noqa: E402
+from repro.optim import Optimizers, group_of  # noqa: E402
 
 
 def median_step_seconds(steppers: dict, batches, rounds: int) -> dict[str, tuple[float, float]]:
@@ -56,6 +82,7 @@ def median_step_seconds(steppers: dict, batches, rounds: int) -> dict[str, tuple
 
 
 def repro_step(cfg, dtype: torch.dtype, optimizer: str):
+    """A step closure; it keeps its forward+backward and optimizer seconds in `.phases`."""
     torch.manual_seed(0)
     model = MoEDecoder(cfg.model).train()
     kind = cfg.optimizer if optimizer == "recipe" else "adamw"
@@ -63,13 +90,28 @@ def repro_step(cfg, dtype: torch.dtype, optimizer: str):
     opt.set_lr(1.0)
 
     def step(x, y):
+        t0 = time.perf_counter()
         model.apply_qb()
         with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
             loss, _ = model(x, y)
         loss.backward()
+        t1 = time.perf_counter()
         opt.step()
         opt.zero_grad()
+        step.phases.append((t1 - t0, time.perf_counter() - t1))
+    step.phases = []
+    step.model = model
     return step
+
+
+def newton_schulz_flops(model: torch.nn.Module, steps: int = 5) -> float:
+    """FLOPs of one MuonH step's Newton–Schulz: per m×n matrix (m ≤ n) and iteration, X·Xᵀ, A², B·X."""
+    total = 0.0
+    for name, p in model.named_parameters():
+        if p.ndim >= 2 and group_of(name, p.ndim) == "muonh":
+            m, n = sorted(p.shape[-2:])
+            total += p.numel() // (m * n) * steps * (4 * m * m * n + 2 * m**3)
+    return total
 
 
 def hf_step(cfg, dtype: torch.dtype, implementation: str):
@@ -146,6 +188,13 @@ def main() -> None:
             line += (f"  {100 * fpt * tokens / s / peak:5.1f}% of the {dtype_name} peak, "
                      f"{100 * fpt * tokens / s / peak16:5.1f}% of the bf16 peak")
         print(line)
+    for label in ("repro (MuonH recipe)", "repro (AdamW)"):
+        phases = steppers[label].phases[-args.steps:]
+        print(f"  {label:<34} forward+backward {statistics.median(p[0] for p in phases):.2f} s, "
+              f"optimizer {statistics.median(p[1] for p in phases):.2f} s (medians)")
+    ns = newton_schulz_flops(steppers["repro (MuonH recipe)"].model)
+    print(f"  MuonH's Newton–Schulz: {ns / 1e9:.1f} GFLOP a step on top of the model's {fpt * tokens / 1e9:.1f} "
+          f"(HF with AdamW has none)")
     if transformers is not None:
         hf = {k: v[0] for k, v in secs.items() if k.startswith("HF")}
         default_hf = next((k for k in hf if "grouped_mm" in k), next(iter(hf)))  # transformers 5's default
@@ -159,7 +208,11 @@ def main() -> None:
               f"({fastest}): {hf[fastest] / ours:.2f}x (target >= 1.5x);  share of the measured bf16 matmul peak: "
               f"{100 * share:.0f}%{emulated}; of the peak of the dtype it computes in ({dtype_name}): "
               f"{100 * fpt * tokens / ours / peak:.0f}% (target >= 25%)")
-
+        needed = hf[default_hf] / 1.5
+        print(f"BOUND    1.5x HF's default is {needed:.2f} s/step: the model's and Newton–Schulz's "
+              f"{(fpt * tokens + ns) / 1e9:.0f} GFLOP in it is {100 * (fpt * tokens + ns) / needed / peak:.0f}% of the "
+              f"measured {dtype_name} peak, for the whole step (HF's step runs at "
+              f"{100 * fpt * tokens / hf[default_hf] / peak:.0f}% of it, counting its FLOPs as the same model's)")
 
 if __name__ == "__main__":
     main()

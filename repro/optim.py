@@ -56,10 +56,12 @@ def newton_schulz(G: torch.Tensor, steps: int = 5, eps: float = 1e-7, dtype: tor
         X = X.mT
     X = X / (X.norm(dim=(-2, -1), keepdim=True) + eps)
     A, B, Y = torch.empty_like(X[:, :, : X.shape[1]]), torch.empty_like(X[:, :, : X.shape[1]]), torch.empty_like(X)
-    for _ in range(steps):  # three batched matmuls into reused buffers
+    for _ in range(steps):  # three batched matmuls into reused buffers, one elementwise pass
         torch.bmm(X, X.mT, out=A)
-        torch.baddbmm(A, A, A, beta=b, alpha=c, out=B)   # bA + cA²
-        torch.baddbmm(X, B, X, beta=a, out=Y)            # aX + (bA + cA²)X
+        torch.bmm(A, A, out=B)
+        B.add_(A, alpha=b / c)                             # (bA + cA²)/c
+        B.diagonal(dim1=-2, dim2=-1).add_(a / c)           # + aI/c: aX + (bA + cA²)X is one product
+        torch.baddbmm(Y, B, X, beta=0, alpha=c, out=Y)     # c·(…)X (beta 0: no copy of an addend into Y)
         X, Y = Y, X
     if transposed:
         X = X.mT

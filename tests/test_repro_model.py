@@ -9,9 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from repro import accounting, ladder, recipe  # noqa: E402
-from repro.model import (Attention, CrossEntropyZLoss, GatedNorm, ModelConfig, MoEDecoder, ShortConv,  # noqa: E402
-                         apply_rotary, rotary_tables)
-from repro.moe import MoE, qb_beta_hist, qb_beta_topk  # noqa: E402
+from repro.model import (Attention, CausalDepthwiseConv, CrossEntropyZLoss, GatedNorm, ModelConfig,  # noqa: E402
+                         MoEDecoder, RMSNormFunction, ShortConv, apply_rotary, rotary_tables)
+from repro.moe import MoE, qb_beta_hist, qb_beta_topk, top_k_rows  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -67,6 +67,34 @@ def test_qb_hist_matches_the_exact_quantile_and_topk_is_exact():
     assert ((margins > beta).sum(0) - count).abs().max() <= 2
 
 
+def _qb_hist_by_the_formula(margins, top_k, bins):
+    """marin.md §1.3 as written: a float histogram per expert, counts from the top by flip-cumsum-flip,
+    the last bin whose count from the top reaches T·K/E, interpolation inside it."""
+    T, E = margins.shape
+    lo, hi = margins.min(), margins.max()
+    target = torch.tensor(float(T)) * top_k / E
+    width = (torch.maximum(hi, lo + 1e-6) - lo) / bins
+    idx = ((margins - lo) / width).long().clamp_(0, bins - 1)
+    flat = (idx + torch.arange(E) * bins).reshape(-1)
+    counts = torch.zeros(E * bins).scatter_add_(0, flat, torch.ones_like(flat, dtype=torch.float)).view(E, bins)
+    from_top = counts.flip(-1).cumsum(-1).flip(-1)
+    b = ((from_top >= target).sum(-1) - 1).clamp(0, bins - 1)
+    above, inside = from_top.gather(1, b[:, None]).squeeze(1), counts.gather(1, b[:, None]).squeeze(1)
+    return lo + b * width + width * (above - target) / inside.clamp(min=1.0)
+
+
+@pytest.mark.parametrize("case", ["normal", "ties", "few_tokens", "coarse"])
+def test_qb_hist_gives_exactly_the_beta_of_the_written_out_histogram(case):
+    g = torch.Generator().manual_seed(3)
+    T, E, K, bins = {"normal": (4096, 24, 3, 10_000), "ties": (2048, 16, 2, 10_000), "few_tokens": (9, 8, 2, 10_000),
+                     "coarse": (3000, 12, 2, 7)}[case]
+    margins = torch.randn(T, E, generator=g) * 3 - 1
+    if case == "ties":  # many margins on the same few values: crossings land on bin edges
+        margins = margins.round()
+    beta, _, _ = qb_beta_hist(margins, K, bins)
+    assert torch.equal(beta, _qb_hist_by_the_formula(margins, K, bins))
+
+
 def test_qb_bias_is_replaced_mean_centred_and_balances_the_next_step():
     torch.manual_seed(0)
     moe = MoE(tiny(qb_estimator="hist")).train()
@@ -97,6 +125,14 @@ def test_router_bias_is_a_buffer_without_gradient_and_only_chooses():
     loss, _ = model(idx, idx)
     loss.backward()
     assert bias.grad is None and model.stacked_blocks[0].mlp.router.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("k", [1, 3, 4, 6])
+def test_route_selection_picks_what_topk_picks(k):
+    x = torch.randn(500, 24, generator=torch.Generator().manual_seed(k))
+    values, ids = top_k_rows(x, k)
+    want = x.topk(k, dim=-1)
+    assert torch.equal(values, want.values) and torch.equal(ids, want.indices)
 
 
 def test_capacity_drops_the_overflow_and_counts_it():
@@ -170,6 +206,50 @@ def test_attention_gate_starts_at_one_and_xsa_removes_the_own_value_direction():
     assert torch.allclose(attn(x, rotary_tables(cfg), window).view(2, 16, 2, 16), y * gate[..., None], atol=1e-5)
 
 
+def _attention_by_the_formula(attn, x, cfg, layer_is_global):
+    """Attention written the plain way: repeat kv heads, explicit masked softmax, XSA, gate, w_o."""
+    B, S, _ = x.shape
+    H, M, Hd = cfg.num_heads, cfg.stored_kv_heads, cfg.head_dim
+    G = cfg.global_kv_heads if layer_is_global else cfg.local_kv_heads
+    q = (x @ attn.w_q).view(B, S, H, Hd)
+    k = attn.sconv_k(x @ attn.w_k).view(B, S, M, Hd)[:, :, :G]
+    v = (x @ attn.w_v).view(B, S, M, Hd)[:, :, :G]
+    q, k = [torch.nn.functional.rms_norm(t, (Hd,), eps=1e-6) for t in (q, k)]
+    if not layer_is_global:
+        cos, sin = rotary_tables(cfg)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+    q, k, v = q.transpose(1, 2) * cfg.qk_mult, k.transpose(1, 2), v.transpose(1, 2)
+    k, v = k.repeat_interleave(H // G, 1), v.repeat_interleave(H // G, 1)
+    i = torch.arange(S)
+    allowed = (i[None, :] <= i[:, None]) & (layer_is_global | (i[:, None] - i[None, :] < cfg.sliding_window))
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(Hd)).masked_fill(~allowed, float("-inf"))
+    y = scores.softmax(-1) @ v
+    y = y - (y * v).sum(-1, keepdim=True) / (v.pow(2).sum(-1, keepdim=True) + 1e-6) * v
+    y = y * 2 * torch.sigmoid(x @ attn.attn_gate).transpose(1, 2).unsqueeze(-1)
+    return y.transpose(1, 2).reshape(B, S, H * Hd) @ attn.w_o
+
+
+@pytest.mark.parametrize("layer", [0, 3])  # a local (windowed, rotated) layer and a global one
+def test_attention_matches_the_plain_formula_forward_and_backward(layer):
+    torch.manual_seed(0)
+    cfg = tiny(num_layers=4, num_heads=4, local_kv_heads=2, global_kv_heads=1, seq_len=40, sliding_window=12)
+    attn = Attention(cfg, layer).double()
+    with torch.no_grad():
+        attn.attn_gate.normal_()
+        attn.sconv_k.weight.normal_()
+    x = torch.randn(3, 40, 32, dtype=torch.float64, requires_grad=True)
+    window = MoEDecoder(cfg).window_mask
+    rope = tuple(t.double() for t in rotary_tables(cfg))
+    y = attn(x, rope, window)
+    ref = _attention_by_the_formula(attn, x, cfg, attn.is_global)
+    assert torch.allclose(y, ref, atol=1e-10)
+    g = torch.randn_like(y)
+    got = torch.autograd.grad(y, [x, *attn.parameters()], g)
+    want = torch.autograd.grad(ref, [x, *attn.parameters()], g)
+    for a, b in zip(got, want):
+        assert torch.allclose(a, b, atol=1e-9)
+
+
 def test_short_conv_is_causal_and_identity_at_init():
     conv = ShortConv(3, 4)
     x = torch.randn(2, 10, 3)
@@ -183,6 +263,31 @@ def test_short_conv_is_causal_and_identity_at_init():
     t = 7
     expected = sum(conv.weight[lag] * x[:, t - lag] for lag in range(4))
     assert torch.allclose(y[:, t], expected, atol=1e-6)
+
+
+def test_short_conv_hand_written_backward_matches_autograd_of_the_formula():
+    torch.manual_seed(0)
+    for S in (10, 2):  # a sequence longer and one shorter than the kernel
+        x = torch.randn(2, S, 6, dtype=torch.float64)[..., :5].requires_grad_()  # a strided view, as k's slice is
+        w = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(lambda x_, w_: CausalDepthwiseConv.apply(x_, w_), (x, w))
+        brute = sum(w[lag] * torch.nn.functional.pad(x[:, :S - lag], (0, 0, lag, 0)) for lag in range(min(4, S)))
+        assert torch.allclose(CausalDepthwiseConv.apply(x, w), brute)
+
+
+@pytest.mark.parametrize("gain", [True, False])
+def test_rms_norm_hand_written_backward_matches_autograd_of_the_formula(gain):
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(8, dtype=torch.float64, requires_grad=True) if gain else None
+    inputs = (x, w) if gain else (x,)
+    assert torch.autograd.gradcheck(lambda *a: RMSNormFunction.apply(a[0], a[1] if gain else None, 1e-5), inputs)
+    want = torch.nn.functional.rms_norm(x, (8,), w, 1e-5)
+    assert torch.allclose(RMSNormFunction.apply(x, w, 1e-5), want, atol=1e-12)
+    x32 = x.detach().float().to(torch.bfloat16)  # low-precision input: fp32 statistics, output in the input's dtype
+    out = RMSNormFunction.apply(x32, None, 1e-5)
+    assert out.dtype == torch.bfloat16
+    assert torch.allclose(out.float(), torch.nn.functional.rms_norm(x32.float(), (8,), None, 1e-5), atol=1e-2)
 
 
 def test_gated_norm_is_x_times_sigmoid_of_its_low_rank_gate():

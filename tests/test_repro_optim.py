@@ -45,6 +45,19 @@ def test_newton_schulz_orthogonalises_every_matrix_of_a_batch_alike():
     assert torch.allclose(newton_schulz(G.mT, dtype=torch.float32), X.mT, atol=1e-5)  # transposition commutes
 
 
+@pytest.mark.parametrize("shape", [(5, 12, 12), (3, 10, 18), (2, 18, 10)])
+def test_newton_schulz_is_the_written_out_quintic(shape):
+    G = torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    a, b, c = 3.4445, -4.7750, 2.0315
+    X = G.mT if shape[1] > shape[2] else G
+    X = X / (X.norm(dim=(-2, -1), keepdim=True) + 1e-7)
+    for _ in range(5):
+        A = X @ X.mT
+        X = a * X + b * A @ X + c * A @ A @ X
+    want = X.mT if shape[1] > shape[2] else X
+    assert torch.allclose(newton_schulz(G, dtype=torch.float64), want, atol=1e-10)
+
+
 def test_muonh_and_adamh_keep_each_matrix_norm():
     torch.manual_seed(0)
     w = torch.nn.Parameter(torch.randn(4, 16, 24))  # 4 stacked expert matrices
