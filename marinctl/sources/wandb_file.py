@@ -305,39 +305,43 @@ def _pb():
                 del sys.modules[name]
 
 
-@lru_cache(maxsize=1)
-def _columns():
-    """Message classes whose wire layout overlays HistoryRecord with flat repeated columns."""
+def overlay(package: str, messages: dict[str, list[tuple[str, int, str, bool]]]) -> dict[str, type]:
+    """Message classes declared field by field in a pool of their own: views whose wire layout
+    overlays wandb's records (same field numbers), so one C parse yields flat repeated columns.
+    `messages`: {name: [(field, number, kind, repeated)]}, kind a protobuf scalar type name
+    ("bytes", "int64" …) or the name of another message here."""
     _require_wandb()
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     F = descriptor_pb2.FieldDescriptorProto
-    fdp = descriptor_pb2.FileDescriptorProto(name="marinctl_wandb_columns.proto",
-                                             package="marinctl_cols", syntax="proto3")
-    item = fdp.message_type.add(name="ItemCols")
-    for name, num, typ in [("key", 1, F.TYPE_BYTES), ("nested_key", 2, F.TYPE_BYTES),
-                           ("none", 3, F.TYPE_INT32), ("boolean", 4, F.TYPE_BOOL),
-                           ("integer", 5, F.TYPE_SINT64), ("number", 6, F.TYPE_DOUBLE),
-                           ("text", 7, F.TYPE_BYTES), ("json", 8, F.TYPE_BYTES),
-                           ("value_json", 16, F.TYPE_BYTES)]:
-        item.field.add(name=name, number=num, type=typ, label=F.LABEL_REPEATED)
-    step = fdp.message_type.add(name="StepCols")
-    step.field.add(name="num", number=1, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
-    hist = fdp.message_type.add(name="HistCols")
-    hist.field.add(name="item", number=1, type=F.TYPE_MESSAGE, type_name=".marinctl_cols.ItemCols",
-                   label=F.LABEL_OPTIONAL)
-    hist.field.add(name="step", number=2, type=F.TYPE_MESSAGE, type_name=".marinctl_cols.StepCols",
-                   label=F.LABEL_OPTIONAL)
-    rec = fdp.message_type.add(name="RecCols")
-    rec.field.add(name="history", number=2, type=F.TYPE_MESSAGE, type_name=".marinctl_cols.HistCols",
-                  label=F.LABEL_OPTIONAL)
-    batch = fdp.message_type.add(name="Batch")
-    batch.field.add(name="rec", number=1, type=F.TYPE_MESSAGE, type_name=".marinctl_cols.RecCols",
-                    label=F.LABEL_REPEATED)
+    fdp = descriptor_pb2.FileDescriptorProto(name=f"{package}.proto", package=package, syntax="proto3")
+    for name, fields in messages.items():
+        msg = fdp.message_type.add(name=name)
+        for field, number, kind, repeated in fields:
+            label = F.LABEL_REPEATED if repeated else F.LABEL_OPTIONAL
+            if kind in messages:
+                msg.field.add(name=field, number=number, type=F.TYPE_MESSAGE, type_name=f".{package}.{kind}", label=label)
+            else:
+                msg.field.add(name=field, number=number, type=getattr(F, f"TYPE_{kind.upper()}"), label=label)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
-    get = lambda name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"marinctl_cols.{name}"))  # noqa: E731
-    return get("RecCols"), get("Batch")
+    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}")) for name in messages}
+
+
+@lru_cache(maxsize=1)
+def _columns():
+    """Message classes whose wire layout overlays HistoryRecord with flat repeated columns."""
+    items = [("key", 1, "bytes"), ("nested_key", 2, "bytes"), ("none", 3, "int32"), ("boolean", 4, "bool"),
+             ("integer", 5, "sint64"), ("number", 6, "double"), ("text", 7, "bytes"), ("json", 8, "bytes"),
+             ("value_json", 16, "bytes")]
+    m = overlay("marinctl_cols", {
+        "ItemCols": [(name, number, kind, True) for name, number, kind in items],
+        "StepCols": [("num", 1, "int64", False)],
+        "HistCols": [("item", 1, "ItemCols", False), ("step", 2, "StepCols", False)],
+        "RecCols": [("history", 2, "HistCols", False)],
+        "Batch": [("rec", 1, "RecCols", True)],
+    })
+    return m["RecCols"], m["Batch"]
 
 
 def parse_record(payload):

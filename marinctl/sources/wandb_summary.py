@@ -63,25 +63,11 @@ def apply(summary: dict[str, Any], records: list) -> None:
 @lru_cache(maxsize=1)
 def _columns():
     """A message type overlaying Record.summary.update with flat repeated columns."""
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
-    F = descriptor_pb2.FieldDescriptorProto
-    fdp = descriptor_pb2.FileDescriptorProto(name="marinctl_wandb_summary.proto", package="marinctl_sum",
-                                             syntax="proto3")
-    item = fdp.message_type.add(name="ItemCols")
-    for name, num in (("key", 1), ("nested_key", 2), ("value_json", 16)):
-        item.field.add(name=name, number=num, type=F.TYPE_BYTES, label=F.LABEL_REPEATED)
-    summ = fdp.message_type.add(name="SumCols")
-    summ.field.add(name="update", number=1, type=F.TYPE_MESSAGE, type_name=".marinctl_sum.ItemCols",
-                   label=F.LABEL_OPTIONAL)
-    summ.field.add(name="remove", number=2, type=F.TYPE_MESSAGE, type_name=".marinctl_sum.ItemCols",
-                   label=F.LABEL_OPTIONAL)
-    rec = fdp.message_type.add(name="RecCols")
-    rec.field.add(name="summary", number=3, type=F.TYPE_MESSAGE, type_name=".marinctl_sum.SumCols",
-                  label=F.LABEL_OPTIONAL)
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fdp)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("marinctl_sum.RecCols"))
+    return wf.overlay("marinctl_sum", {
+        "ItemCols": [("key", 1, "bytes", True), ("nested_key", 2, "bytes", True), ("value_json", 16, "bytes", True)],
+        "SumCols": [("update", 1, "ItemCols", False), ("remove", 2, "ItemCols", False)],
+        "RecCols": [("summary", 3, "SumCols", False)],
+    })["RecCols"]
 
 
 def _last_per_key(payloads: list) -> dict[str, tuple[int, Any]] | None:
@@ -94,7 +80,6 @@ def _last_per_key(payloads: list) -> dict[str, tuple[int, Any]] | None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    wf._require_wandb()
     merged = _columns()()
     merged.ParseFromString(_SENTINEL.join(payloads) + _SENTINEL)
     up = merged.summary.update
