@@ -144,3 +144,27 @@ def test_downsample_many_equals_one_key_at_a_time(store):
             for field in ("step_lo", "step_hi", "vmin", "vmax", "first", "last", "count", "step_of_max"):
                 np.testing.assert_array_equal(getattr(many[key], field), getattr(one, field))
         assert len(M.downsample(con, [(pk, None, None)], "missing", 0, 10, 5)) == 0
+
+
+def test_a_store_from_an_earlier_release_is_migrated_by_a_read_command(tmp_path, cli):
+    """A person upgrades marinctl and runs `marinctl runs` on their old store: it is migrated and
+    read at once (a read-only connection held open while migrating waited on itself, then blamed
+    'another marinctl process')."""
+    import duckdb
+
+    home = tmp_path / "upgraded-home"
+    home.mkdir()
+    con = duckdb.connect(str(home / "marinctl.duckdb"))
+    con.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR,"
+                " applied_at TIMESTAMPTZ DEFAULT current_timestamp)")
+    for version, name, sql in schema.migrations()[:-1]:          # the release before the newest migration
+        con.execute(sql)
+        con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [version, name])
+    con.execute("INSERT INTO runs (uid, source, entity, project, run_id, name, state) VALUES"
+                " ('e/p/old-synthetic', 'wandb', 'e', 'p', 'old-synthetic', 'old-synthetic', 'finished')")
+    con.close()
+    code, out, err = cli("--home", str(home), "runs", "--json")
+    assert code == 0, err
+    assert "old-synthetic" in out
+    with duckdb.connect(str(home / "marinctl.duckdb"), read_only=True) as con:
+        assert schema.current_version(con) == schema.latest_version()

@@ -97,6 +97,10 @@ class Store:
                 if current >= schema.latest_version():
                     self._migrated = True
                     return
+                if reader is not None:
+                    # an older file: the caller closes its read-only connection first, then asks
+                    # again (DuckDB opens a file one way per process: read-write would wait forever)
+                    return
             self.path.parent.mkdir(parents=True, exist_ok=True)
             con = self._open(read_only=False)
             try:
