@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -11,6 +12,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# A suite started in the background by a non-interactive shell inherits SIGINT ignored, and so would
+# every process it starts: the Ctrl-C tests (sync --follow, repro) need children that hear SIGINT as
+# a terminal sends it. A handled signal is reset to the default in a child at exec; an ignored one is not.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
