@@ -91,6 +91,14 @@ query RunSystemEvents($entity: String!, $project: String!, $name: String!, $samp
 SYSTEM_SAMPLES = 500   # what the SDK's `run.history(stream="system")` asks for; W&B samples the stream down to it
 
 
+def _run_node(data: dict[str, Any], entity: str, project: str, run_id: str) -> dict[str, Any]:
+    """The `project { run { … } }` node of a per-run query's answer; a missing run is named."""
+    run = (data.get("project") or {}).get("run")
+    if run is None:
+        raise UserError(f"W&B run {entity}/{project}/{run_id} not found")
+    return run
+
+
 def api_key(base_url: str) -> str | None:
     """WANDB_API_KEY, else the netrc entry for the API host (as `wandb login` writes it)."""
     if os.environ.get("WANDB_API_KEY"):
@@ -274,9 +282,7 @@ class WandbClient:
             "entity": entity, "project": project, "run": run_id,
             "minStep": int(min_step), "maxStep": int(max_step), "pageSize": int(max_step - min_step),
         })
-        run = (data.get("project") or {}).get("run")
-        if run is None:
-            raise UserError(f"W&B run {entity}/{project}/{run_id} not found")
+        run = _run_node(data, entity, project, run_id)
         rows = []
         for raw in run.get("history") or []:
             row = loads(raw) if isinstance(raw, str) else raw
@@ -292,9 +298,7 @@ class WandbClient:
                 "samples": int(max_step - min_step) + 1}
         data = self.graphql(TIMESTAMPS_QUERY, {"entity": entity, "project": project, "run": run_id,
                                                "specs": [json.dumps(spec)]})
-        run = (data.get("project") or {}).get("run")
-        if run is None:
-            raise UserError(f"W&B run {entity}/{project}/{run_id} not found")
+        run = _run_node(data, entity, project, run_id)
         out: dict[int, float] = {}
         for rows in run.get("sampledHistory") or []:
             for row in rows or []:
@@ -313,9 +317,7 @@ class WandbClient:
 
         data = self.graphql(EVENTS_QUERY, {"entity": entity, "project": project, "name": run_id,
                                            "samples": int(samples)})
-        run = (data.get("project") or {}).get("run")
-        if run is None:
-            raise UserError(f"W&B run {entity}/{project}/{run_id} not found")
+        run = _run_node(data, entity, project, run_id)
         out = []
         for raw in run.get("events") or []:
             row = loads(raw) if isinstance(raw, str) else raw
@@ -332,9 +334,7 @@ class WandbClient:
         data = self.graphql(PARQUET_QUERY, {
             "entity": entity, "project": project, "runName": run_id, "liveKeys": ["_step"],
         })
-        run = (data.get("project") or {}).get("run")
-        if run is None:
-            raise UserError(f"W&B run {entity}/{project}/{run_id} not found")
+        run = _run_node(data, entity, project, run_id)
         ph = run.get("parquetHistory") or {}
         live = ph.get("liveData") or []
         live = [loads(r) if isinstance(r, str) else r for r in live]

@@ -359,11 +359,11 @@ def item_value(item) -> Any:
     """A history/summary/config item's value: typed oneof (wandb >= 0.31) or value_json."""
     kind = item.WhichOneof("value") if hasattr(item, "WhichOneof") and _has_value_oneof(item) else None
     if kind is None:
-        return _loads(item.value_json)
+        return json_value(item.value_json)
     if kind == "none":
         return None
     if kind == "json":
-        return _loads(item.json)
+        return json_value(item.json)
     return getattr(item, kind)
 
 
@@ -371,7 +371,8 @@ def _has_value_oneof(item) -> bool:
     return any(o.name == "value" for o in item.DESCRIPTOR.oneofs)
 
 
-def _loads(text: str) -> Any:
+def json_value(text: str) -> Any:
+    """An item's `value_json` as W&B means it: the JSON value, or the text itself when it is not JSON."""
     if not text:
         return None
     try:
@@ -505,7 +506,7 @@ def _floats(vals_b: list[bytes]):
     out = np.empty(len(vals_b), np.float64)
     bad = np.zeros(len(vals_b), bool)
     for i, v in enumerate(vals_b):
-        f = as_float(_loads(v.decode("utf-8", "replace")))
+        f = as_float(json_value(v.decode("utf-8", "replace")))
         if f is None:
             bad[i] = True
             out[i] = np.nan
@@ -566,7 +567,7 @@ def decode_items(items) -> list[tuple[list[str], Any]]:
     out = []
     for it in items:
         path = [it.key] if it.key else list(it.nested_key)
-        out.append((path, _loads(it.value_json)))
+        out.append((path, json_value(it.value_json)))
     return out
 
 

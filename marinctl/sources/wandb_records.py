@@ -175,7 +175,7 @@ def decode_stats(payloads: list) -> list[tuple[float, str, float]]:
             continue
         t = s.timestamp.seconds + s.timestamp.nanos / 1e9
         for item in s.item:
-            value = as_float(wf._loads(item.value_json))
+            value = as_float(wf.json_value(item.value_json))
             if value is not None:
                 out.append((t, SYSTEM_PREFIX + item.key, value))
     return out

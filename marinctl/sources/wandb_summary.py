@@ -51,7 +51,7 @@ def apply(summary: dict[str, Any], records: list) -> None:
         for n, it in enumerate(s.remove):
             last_del[(it.key,) if it.key else tuple(it.nested_key)] = (i, len(s.update) + n)
     steps = [(i, n, path, _REMOVE) for path, (i, n) in last_del.items()]
-    steps += [(i, n, path, wf._loads(v) if raw else v) for path, (i, n, v, raw) in last_set.items()]
+    steps += [(i, n, path, wf.json_value(v) if raw else v) for path, (i, n, v, raw) in last_set.items()]
     steps.sort(key=lambda u: (u[0], u[1]))
     for _i, _n, path, value in steps:
         if value is _REMOVE or value is None:
@@ -102,5 +102,5 @@ def _last_per_key(payloads: list) -> dict[str, tuple[int, Any]] | None:
     out = {}
     for u, pos in enumerate(at.tolist()):
         if pos >= 0 and names[u] != "\x00":
-            out[names[u]] = (int(np.searchsorted(ends, pos)), wf._loads(values[pos].decode("utf-8", "replace")))
+            out[names[u]] = (int(np.searchsorted(ends, pos)), wf.json_value(values[pos].decode("utf-8", "replace")))
     return out
