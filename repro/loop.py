@@ -142,7 +142,8 @@ def train(cfg: TrainConfig, corpus: Corpus, *, seed: int = 0, device: str = "cpu
         if peak is not None:
             if achieved / ranks.world > peak.flops:  # the measured peak was low: raise it, and say so
                 peak.flops, peak.revised_at = achieved / ranks.world, step
-            row["throughput/mfu"] = 100.0 * achieved / (peak.flops * ranks.world)
+            # ≤ 100 by construction; min() keeps float rounding (100·a/a can be 100.00000000000001) from saying otherwise
+            row["throughput/mfu"] = 100.0 * min(1.0, achieved / (peak.flops * ranks.world))
         if ranks.main:
             log(row, step)
         last, done = row, step + 1
