@@ -278,3 +278,23 @@ async def test_sidebar_labels_are_unique(home):
     async with run_test(app) as pilot:
         labels = sidebar_labels(await settle(pilot))
     assert len(labels) >= 6 and len(set(labels)) == len(labels), labels
+
+
+async def test_the_key_bar_shows_the_keys_and_a_click_presses_one(home):
+    """The bottom line lists the shown bindings as Textual's Footer did, follows focus (the filter box
+    has its own keys), and clicking a key does what pressing it does."""
+    from marinctl.tui.widgets.footer import KeyFooter
+
+    app = open_watch(home / "marinctl.duckdb", KINDS["local"])
+    async with run_test(app) as pilot:
+        text = await settle(pilot)
+        bar = text.splitlines()[-1]
+        shown = [b for b in type(app).BINDINGS if b.show]
+        assert [d for d in (b.description for b in shown) if f" {d} " in bar + " "] == [b.description for b in shown], bar
+        assert bar.index(" q quit") < bar.index(" ? help") < bar.index(" / filter"), bar
+        footer = app.query_one(KeyFooter)
+        x = bar.index("? help") + 1
+        await pilot.click(footer, offset=(x, 0))
+        await until(pilot, lambda t: "marinctl watch — keys" in t, "a click on `? help` opens the help")
+        await key(pilot, "escape", lambda t: "marinctl watch — keys" not in t, "escape closes the help")
+        await key(pilot, "slash", lambda t: t.splitlines()[-1].split() != bar.split(), "the bar follows focus")

@@ -7,6 +7,7 @@ is not a terminal.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from typing import Annotated, Optional
@@ -34,12 +35,19 @@ def watch(
         raise UserError(f"--interval must be a positive number of seconds, not {interval}", "try `marinctl watch --interval 30`")
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UserError("watch needs an interactive terminal", "for scripts and pipes use `marinctl plot KEY [--run RUN]`")
+    # numpy's OpenBLAS starts a thread per core that spins after each call; watch's arrays are small
+    # and the spinning took the other core from the start (numpy's import: 150 ms of CPU, 74 with one)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from marinctl.store import open_store
     from marinctl.sync import plan_watch
+    from marinctl.tui import first_read
+
+    store = open_store()
+    plan = plan_watch(store, target)    # bad TARGETs fail here with exit 2, before Textual is imported
+    early = first_read.start(store, plan)
     from marinctl.tui.app import run_watch
 
-    plan = plan_watch(open_store(), target)    # bad TARGETs fail here with exit 2, before the screen opens
-    run_watch(target, interval, plan=plan)
+    run_watch(target, interval, plan=plan, first_read=early)
 
 
 def plot(

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-import duckdb
+from marinctl.store.engine import duckdb
 
 from marinctl.errors import RuntimeFailure
 from marinctl.store import schema

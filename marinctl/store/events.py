@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Sequence
 
 from marinctl.domain import Event
+from marinctl.store import engine
 from marinctl.store import Connection, first
 
 _COLS = ("source", "kind", "time", "title", "author", "url", "body")
@@ -67,7 +68,7 @@ def remove_comments_except(con: Connection, prefix: str, keep: Sequence[str]) ->
     the comments GitHub no longer lists were deleted there. Returns how many went."""
     import pyarrow as pa
 
-    con.register("_keep", pa.table({"event_id": pa.array(list(keep), pa.string())}))
+    engine.register(con, "_keep", pa.table({"event_id": pa.array(list(keep), pa.string())}))
     try:
         gone = con.execute("SELECT count(*) FROM events WHERE starts_with(event_id, ?)"
                            " AND event_id NOT IN (SELECT event_id FROM _keep)", [prefix]).fetchall()[0][0]
@@ -91,7 +92,7 @@ def write_console(con: Connection, uid: str, lines: Sequence[Event]) -> None:
         "step": pa.array([e.step for e in lines], pa.int64()),
         "fields": [json.dumps(e.fields) for e in lines],
     })
-    con.register("_ev", tbl)
+    engine.register(con, "_ev", tbl)
     try:
         con.execute(
             "INSERT OR REPLACE INTO events (event_id, source, kind, time, title, author, url, body, run_uid,"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from marinctl.store import engine
 from marinctl.store import Connection, scan
 from marinctl.store.metrics import Segment
 
@@ -46,7 +47,7 @@ def frame(con: Connection, segments: Sequence[Segment], keys: Sequence[str], lo:
                          t.column("step").combine_chunks(), t.column("value").combine_chunks()], schema=_empty())
 
     out = [as_frame(scan.part_rows(p, names, ids)) for p in scan.pieces(con, segments, lo, hi)]
-    tail = con.sql(f"SELECT run_pk::INTEGER AS run_pk, key_id::INTEGER AS key_id, step, value FROM metrics"
+    tail = engine.relation(con, f"SELECT run_pk::INTEGER AS run_pk, key_id::INTEGER AS key_id, step, value FROM metrics"
                    f" WHERE key_id IN ({','.join(str(int(i)) for i in ids.values())})"
                    f" AND {scan.long_where(segments, lo, hi)}").to_arrow_table()
     out.append(as_frame(tail))

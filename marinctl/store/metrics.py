@@ -18,9 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-import duckdb
+from marinctl.store.engine import duckdb
 import numpy as np
 
+from marinctl.store import engine
 from marinctl.store import parts, scan
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def replace_range(
         parts.cut(con, run_pk, lo, hi)
     if batch.num_rows == 0:
         return 0
-    con.register("_batch", batch)
+    engine.register(con, "_batch", batch)
     try:
         ensure_keys(con)
         con.execute(
@@ -85,9 +86,9 @@ def merge_range(con: duckdb.DuckDBPyConnection, run_pk: int, batch: pa.Table, lo
     """
     import pyarrow as pa
     if existing_last_step is not None and lo <= existing_last_step:
-        con.register("_new", batch)
+        engine.register(con, "_new", batch)
         try:
-            old = con.sql(
+            old = engine.relation(con, 
                 "SELECT m.step, k.key, m.value FROM metrics m JOIN metric_keys k USING (key_id)"
                 " WHERE m.run_pk = $1 AND m.step >= $2 AND m.step < $3"
                 " AND NOT EXISTS (SELECT 1 FROM _new n WHERE n.step = m.step AND n.key = k.key)",

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from marinctl.store import engine
 from marinctl.store import Connection, first
 from marinctl.store.part_files import Footer, PartFile, forget, open_part, read_footer
 
@@ -190,8 +191,8 @@ def _insert(con: Connection, run_pk: int, rel: str, part: Facts) -> int:
                 " num_rows, bytes, sorted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [pid, run_pk, rel, part.lo, part.hi, part.file_lo, part.file_hi, part.first_step, part.last_step,
                  part.num_rows, part.bytes, part.sorted])
-    con.register("_part_keys", part.keys)
-    con.register("_part_nonfinite", part.nonfinite)
+    engine.register(con, "_part_keys", part.keys)
+    engine.register(con, "_part_nonfinite", part.nonfinite)
     try:
         con.execute("INSERT INTO metric_keys (key) SELECT key FROM _part_keys"
                     " WHERE key NOT IN (SELECT key FROM metric_keys)")

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
+from marinctl.store import engine
 from marinctl.store import Connection
 
 CHUNK_ROWS = 50_000
@@ -40,7 +41,7 @@ class _Frame:
 
     def __enter__(self) -> Connection:
         for name, table in self.tables.items():
-            self.con.register(name, table)
+            engine.register(self.con, name, table)
         return self.con
 
     def __exit__(self, *exc) -> None:

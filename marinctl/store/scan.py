@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 
+from marinctl.store import engine
 from marinctl.store import Connection
 from marinctl.store.part_files import open_part
 from marinctl.store.parts import root_of
@@ -169,7 +170,7 @@ def relation(con: Connection, segments: Sequence[Segment], keys: Sequence[str] |
     import pyarrow as pa
 
     name = f"_scan_{next(_NAMES)}"
-    con.register(name, pa.concat_tables(tables) if len(tables) > 1 else tables[0])
+    engine.register(con, name, pa.concat_tables(tables) if len(tables) > 1 else tables[0])
     try:
         yield f"(SELECT run_pk, key_id, step, value FROM {name} UNION ALL {tail})"
     finally:
@@ -305,7 +306,7 @@ def _long_sorted(con, run_pk, a, b, ids, names, filtered, rows_per_batch, window
         lo, hi = steps[i], steps[min(i + window, len(steps)) - 1] + 1
         sql = (f"SELECT m.step, k.key, m.value FROM metrics m JOIN metric_keys k USING (key_id)"
                f" WHERE {where} AND m.step >= {lo} AND m.step < {hi} ORDER BY m.step, k.key")
-        for batch in con.sql(sql).to_arrow_reader(rows_per_batch):
+        for batch in engine.relation(con, sql).to_arrow_reader(rows_per_batch):
             if batch.num_rows:
                 yield batch.cast(export_schema()) if batch.schema != export_schema() else batch
 

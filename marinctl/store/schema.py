@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from importlib import resources
 
-import duckdb
+from marinctl.store.engine import duckdb
 
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-import duckdb
+from marinctl.store.engine import duckdb
 import numpy as np
 
 from marinctl.store import metrics as M

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import duckdb
+from marinctl.store.engine import duckdb
 
 from marinctl.errors import RuntimeFailure, UserError
 from marinctl.store import Store, scan

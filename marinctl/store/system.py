@@ -20,9 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-import duckdb
+from marinctl.store.engine import duckdb
 import numpy as np
 
+from marinctl.store import engine
 from marinctl.store import first
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def add_samples(con: duckdb.DuckDBPyConnection, run_pk: int, samples: Sequence[S
         return 0
     batch = _batch(samples)
     lo, hi = min(batch.column("time").to_pylist()), max(batch.column("time").to_pylist())
-    con.register("_sys", batch)
+    engine.register(con, "_sys", batch)
     try:
         gone = first(con.execute(
             "DELETE FROM system_samples s WHERE s.run_pk = ? AND s.time BETWEEN ? AND ? AND EXISTS ("
@@ -69,7 +70,7 @@ def replace_samples(con: duckdb.DuckDBPyConnection, run_pk: int, samples: Sequen
     """A remote run's sampled set, replacing the one stored, with what it was fetched for; returns rows."""
     con.execute("DELETE FROM system_samples WHERE run_pk = ?", [run_pk])
     if samples:
-        con.register("_sys", _batch(samples))
+        engine.register(con, "_sys", _batch(samples))
         try:
             _insert(con, run_pk)
         finally:

@@ -27,6 +27,7 @@ from marinctl.tui import messages as msg
 from marinctl.tui import settings
 from marinctl.tui.charts import Figures, MetricChart
 from marinctl.tui.commands import MetricKeys, view_commands
+from marinctl.tui.first_read import FirstRead, bucket_guess, params_for
 from marinctl.tui.keys import KeyActions
 from marinctl.tui.keys_layout import LayoutActions
 from marinctl.tui.live import Live
@@ -103,11 +104,13 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
 
     def __init__(self, target: str | None = None, interval: float = 30.0, *, store: Store | None = None,
                  sync_fn: SyncFn | None = None, autosync: bool = True, view_ref: str | None = None,
-                 starting: str | None = None, plan: tuple[str | None, list[str]] | None = None) -> None:
+                 starting: str | None = None, plan: tuple[str | None, list[str]] | None = None,
+                 first_read: FirstRead | None = None) -> None:
         """`starting`: what is being started (e.g. `marinctl demo`'s "starting the rung1 proxy…"),
         shown until the target has a run to show, instead of "the store holds no runs yet".
         `plan`: `plan_watch`'s answer when the caller already has it (the CLI checks TARGET before
-        the screen opens): the first read then starts on mount instead of after planning again."""
+        the screen opens): the first read then starts on mount instead of after planning again;
+        `first_read`: that read, already started (tui/first_read.py)."""
         super().__init__()
         if store is None:
             from marinctl.store import open_store
@@ -122,9 +125,7 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         self._plan = plan
         self.sync_targets: list[str] = []
         layout = settings.load(store.path)
-        self.params = ViewParams(ref=view_ref, cols=layout.cols, rows=layout.rows, pattern=layout.pattern,
-                                 collapsed=frozenset(layout.collapsed), smoothing=layout.smoothing, xmode=layout.xmode,
-                                 system=layout.system_pane)
+        self.params = params_for(layout, view_ref)
         self._layout = layout
         self.chart_state = ChartState(logy_keys=frozenset(layout.logy))
         self.view: View | None = None
@@ -140,6 +141,7 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         self._last_error: str | None = None
         self._focus_after_load: str | None = None
         self.refreshes = 0
+        self._first_read_early = first_read if plan is not None and not starting else None
 
     # -- layout --------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -206,8 +208,7 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         header.redraw()
 
     def _bucket_guess(self) -> int:
-        width = max(60, self.size.width - 34)
-        return int(max(80, min(600, width)))
+        return bucket_guess(self.size.width)
 
     def _with(self, **changes: Any) -> ViewParams:
         return replace(self.params, **changes)
@@ -472,7 +473,7 @@ def _system_note(view: View) -> str:
 
 
 def run_watch(target: str | None, interval: float, *, starting: str | None = None,
-              plan: tuple[str | None, list[str]] | None = None) -> None:
+              plan: tuple[str | None, list[str]] | None = None, first_read: FirstRead | None = None) -> None:
     """Entry point for `marinctl watch` and `marinctl demo` (a local wandb/ dir target; `starting`
     says what is starting until its first steps are written; `plan`: TARGET already planned)."""
-    WatchApp(target, interval, starting=starting, plan=plan).run()
+    WatchApp(target, interval, starting=starting, plan=plan, first_read=first_read).run()

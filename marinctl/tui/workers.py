@@ -83,8 +83,9 @@ class Workers:
 
     # -- the workers (threads) -------------------------------------------------------------
     def _load_worker(self: WatchApp, params: ViewParams, generation: int, job: dict[str, Any]) -> None:
+        early = self._first_read_early
         try:
-            view = build_view(self.store, params)
+            view = (early.take(params) if early is not None else None) or build_view(self.store, params)
         except Exception as exc:  # noqa: BLE001
             self.post_message(msg.ViewLoaded(None, {}, generation, error=f"could not read the store: {exc}"))
             return

@@ -1,0 +1,37 @@
+"""DuckDB as the store uses it: the compiled core everywhere, the whole package only where Arrow meets SQL.
+
+`import duckdb` runs the package's Python layer (relations, expressions: ~90 modules, 55 ms of a
+watch's start, measured A/B in bench/bench_watch_terminal.py's notes). Reading the store never
+uses it: connections, queries, fetches and the error classes belong to the compiled core
+(`_duckdb`), the very classes the package re-exports. Two things do need the package's set-up:
+scanning an Arrow table registered on a connection, and building a relation (`con.sql`). They go
+through `register` and `relation` below, which load it first, once; connections opened before
+that work with it too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    import _duckdb as duckdb
+except ImportError:                      # a DuckDB whose package is its own core
+    import duckdb
+
+__all__ = ["duckdb", "register", "relation"]
+
+
+def _package() -> None:
+    import duckdb as package  # noqa: F401 — its import sets up the Arrow scans of every connection
+
+
+def register(con: Any, name: str, table: Any) -> None:
+    """`con.register(name, table)` for an Arrow table (the package's Arrow scans loaded first)."""
+    _package()
+    con.register(name, table)
+
+
+def relation(con: Any, sql: str, params: Any = None) -> Any:
+    """`con.sql(sql, params=...)`: a relation (to_arrow_table, to_arrow_reader) from the package."""
+    _package()
+    return con.sql(sql) if params is None else con.sql(sql, params=params)
