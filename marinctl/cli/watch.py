@@ -39,14 +39,13 @@ def watch(
     # and the spinning took the other core from the start (numpy's import: 150 ms of CPU, 74 with one)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from marinctl.store import open_store
-    from marinctl.sync import plan_watch
-    from marinctl.tui import first_read
+    from marinctl.tui.first_read import FirstRead
 
-    store = open_store()
-    plan = plan_watch(store, target)    # bad TARGETs fail here with exit 2, before Textual is imported
-    early = first_read.start(store, plan)
+    # TARGET is planned and its first view read in a helper process while Textual is imported here
+    early = FirstRead(open_store(), target)
     from marinctl.tui.app import run_watch
 
+    plan = early.plan()    # bad TARGETs fail here with exit 2, before the screen opens
     run_watch(target, interval, plan=plan, first_read=early)
 
 

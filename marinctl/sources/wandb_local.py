@@ -15,7 +15,7 @@ from marinctl.errors import UserError
 from marinctl.sources import wandb_file as wf
 
 WINDOW_BYTES = 32 << 20
-FIRST_WINDOW_BYTES = 2 << 20    # then doubling: a long first read lands its first steps in a tenth of a second
+FIRST_WINDOW_BYTES = 512 << 10  # then doubling: a long first read lands its first steps in a tenth of a second
 
 
 def is_local_target(target: str) -> bool:

@@ -182,6 +182,8 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         self._system_pane.border_title = "system"
         self._header.starting = self.starting
         self._cursor_bar.focus()
+        if self._first_read_early is not None:
+            self._first_read_early.listen(self.on_helper)
         self.params = self._with(buckets=self._bucket_guess())
         if self.target in (None, "marin", "hero"):
             # the hero lineage needs no planning to be read: start now, planning only adds the sync

@@ -1,36 +1,56 @@
-"""The first view, read while Textual starts the screen.
+"""The first view of `watch TARGET`, planned and read in a helper process while Textual starts.
 
-From `App.run()` to the first layout Textual spends ~150 ms of a watch's start (styles,
-mounting, the driver); the first read used to begin after it, because it needs the charts'
-sizes. The view itself does not: it needs the terminal's width (the bucket count), which the
-terminal already knows. So once the CLI has planned TARGET it starts this read in a thread,
-before Textual is even imported, and the first load worker takes its view when the parameters
-it was read with are still the ones asked for (else it reads afresh). DuckDB runs its queries
-without the GIL, so the read overlaps Python's work on the main thread. Frames are drawn by
-the worker as before, at the sizes the first layout gave.
+Before the first chart a watch spends its CPU on two independent things: importing Textual and
+laying the screen out (~0.55 s), and planning TARGET against the store and reading the first
+view (~0.15 s, DuckDB and NumPy). In one interpreter they take turns on the GIL, so the second
+waited on the first. `start` forks before either: the helper (the CLI's own process image, so no
+interpreter start) plans TARGET and reads the view on another core, and sends both back
+pickled through a pipe, while this process imports Textual. `plan()` then answers at once, a
+bad TARGET raising the helper's error (exit 2 before the screen opens), and the first load
+worker takes the view when the parameters it was read with are still the ones asked for (else
+it reads afresh).
+
+A local run (a `wandb/` dir, a `.wandb` file) is also caught up there: the helper takes the
+target's sync lock, reads the file window by window (the sync pipeline's `sync_files`, each
+window committed with its position) and says "changed" at most every PROGRESS_EVERY_S and once
+at the end, then exits. The first view is what is stored, sent before the file is read; for a
+run never synced, as soon as the first window has landed.
+The app's follower starts tailing when the helper is gone, from where it stopped. So the
+decoding (and pyarrow, ~35 MiB) stays in a process that ends, on the other core.
+
+Where there is no `fork` (or the helper fails) planning and the first read run here in a thread
+and the follower catches up as before. The helper never touches the terminal; quitting the app
+stops it (a SIGTERM: every committed window stays, the follower resumes from it next time).
 """
 
 from __future__ import annotations
 
+import os
+import pickle
 import shutil
+import signal
+import struct
 import threading
+import time
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
-from marinctl.analysis.watch_view import View, ViewParams, build_view
-from marinctl.tui import settings
+if TYPE_CHECKING:
+    from marinctl.analysis.watch_view import View, ViewParams
+    from marinctl.store import Store
+    from marinctl.tui import settings
+
+Plan = tuple[str | None, list[str]]
+PROGRESS_EVERY_S = 2.0   # after the first view, how often the helper says more has landed (as tui/live.py)
 
 
 def params_for(layout: settings.Layout, ref: str | None) -> ViewParams:
     """The view a remembered layout asks for, of run `ref` (before the screen's size is known)."""
+    from marinctl.analysis.watch_view import ViewParams
+
     return ViewParams(ref=ref, cols=layout.cols, rows=layout.rows, pattern=layout.pattern,
                       collapsed=frozenset(layout.collapsed), smoothing=layout.smoothing, xmode=layout.xmode,
                       system=layout.system_pane)
-
-
-def start(store, plan: tuple[str | None, list[str]]) -> FirstRead:
-    """The first view of a planned TARGET, read from now on."""
-    params = params_for(settings.load(store.path), plan[0])
-    return FirstRead(store, replace(params, buckets=bucket_guess(terminal_width())))
 
 
 def bucket_guess(width: int) -> int:
@@ -42,30 +62,246 @@ def terminal_width() -> int:
     return shutil.get_terminal_size((120, 40)).columns
 
 
-class FirstRead:
-    """`build_view(store, params)` started now in a daemon thread; `take` hands its view over once."""
+def _plan_and_read(store: Store, target: str | None, width: int, send, *, catch_up: bool) -> None:
+    """Plan TARGET, `send` the plan (or the error), catch a local run up (when `catch_up`), `send` the view."""
+    from marinctl.analysis.watch_view import build_view
+    from marinctl.errors import MarinctlError
+    from marinctl.sync import plan_watch
+    from marinctl.tui import settings
 
-    def __init__(self, store, params: ViewParams) -> None:
-        self.params = params
-        self._view: View | None = None
-        self._done = threading.Event()
-        self._taken = False
-        self._lock = threading.Lock()
-        threading.Thread(target=self._run, args=(store,), name="marinctl-first-read", daemon=True).start()
+    try:
+        plan = plan_watch(store, target)
+    except MarinctlError as exc:
+        send(("error", type(exc).__name__, exc.message, exc.hint))
+        return
+    send(("plan", plan))
+    params = replace(params_for(settings.load(store.path), plan[0]), buckets=bucket_guess(width))
+    viewed = False
 
-    def _run(self, store) -> None:
+    def view() -> None:
+        nonlocal viewed
+        send(("view", params, build_view(store, params)))
+        if not viewed and hasattr(os, "nice"):
+            os.nice(5)    # the rest of the catch-up yields to the screen starting on the other core
+        viewed = True
+
+    local = _local_paths(plan[1]) if catch_up else []
+    if plan[0] is not None or not local:
+        view()     # what is stored, at once; the file is caught up after
+    if local:
+        changed = _catch_up(store, local, send, first=None if viewed else view)
+        if changed or not viewed:
+            view()                               # the view after the catch-up, then what changed
+            send(("changed", changed))
+    elif not viewed:
+        view()
+
+
+def _local_paths(targets: list[str]) -> list[str]:
+    from marinctl.errors import UserError
+    from marinctl.sync.targets import parse_target
+
+    out = []
+    for t in targets:
         try:
-            self._view = build_view(store, self.params)
-        except Exception:  # noqa: BLE001 — the load worker then reads afresh and reports the failure
-            self._view = None
+            if all(p.kind == "local" for p in parse_target(t)):
+                out.append(t)
+        except UserError:
+            continue
+    return out
+
+
+def _catch_up(store: Store, paths: list[str], send, *, first) -> list[dict]:
+    """Read the local targets' files to their current end under their sync locks; `first()` (if
+    any) once the first window has landed, ("changed", []) at most every PROGRESS_EVERY_S after
+    it, ("progress"/"warn", text) for the header. Returns the sync dicts of the runs that changed."""
+    from marinctl.errors import MarinctlError
+    from marinctl.store import synclock
+    from marinctl.sync.local import sync_files
+
+    said = [time.monotonic(), False]
+
+    def progress(run: str, done: int, total: int) -> None:
+        send(("progress", f"reading {run}: {done * 100 // max(1, total)}%"))
+        if not said[1]:
+            said[1] = True
+            if first is not None:
+                first()
+        elif time.monotonic() - said[0] >= PROGRESS_EVERY_S:
+            send(("changed", []))
+        said[0] = time.monotonic()
+
+    changed = []
+    try:
+        with synclock.acquire_all(store.path, paths, owner="watch"):
+            for path in paths:
+                results = sync_files(store, path, progress=progress, warn=lambda text: send(("warn", text)))
+                changed += [r.as_json() for r in results if r.run is not None and r.changed]
+    except MarinctlError:
+        pass     # another marinctl syncs it, or nothing readable yet: the app's follower says so
+    return changed
+
+
+class FirstRead:
+    """TARGET's plan and first view, computed from now on beside this process."""
+
+    def __init__(self, store: Store, target: str | None) -> None:
+        self._store, self._target = store, target
+        self._planned = threading.Event()
+        self._viewed = threading.Event()
+        self._answer: tuple | None = None          # ("plan", plan) or ("error", kind, message, hint)
+        self._params: ViewParams | None = None
+        self._view: View | None = None
+        self._fresh = False                        # `_view` arrived after the last one handed out
+        self._asked = False
+        self._retired = False
+        self._lock = threading.Lock()
+        self._done = threading.Event()             # the helper has exited (the follower may take the lock)
+        self._listener = None
+        self._pending: list[tuple] = []            # ("changed", runs) / ("progress", text) / ("warn", text)
+        self._pid = self._fork(terminal_width()) if hasattr(os, "fork") else None
+        if self._pid is None:
+            threading.Thread(target=self._here, name="marinctl-first-read", daemon=True).start()
+
+    # -- the helper process ----------------------------------------------------------------
+    def _fork(self, width: int) -> int | None:
+        r, w = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(r)
+            os.close(w)
+            return None
+        if pid == 0:                               # the helper: never returns
+            os.close(r)
+            try:
+                _plan_and_read(self._store, self._target, width, lambda m: _send(w, m), catch_up=True)
+            except BaseException:  # noqa: BLE001 — the parent then does the work itself
+                pass
+            finally:
+                os._exit(0)
+        os.close(w)
+        threading.Thread(target=self._receive, args=(r, pid), name="marinctl-first-read", daemon=True).start()
+        return pid
+
+    def _receive(self, r: int, pid: int) -> None:
+        """Take the helper's messages as they come; reap it at the end."""
+        try:
+            with os.fdopen(r, "rb") as pipe:
+                for message in _messages(pipe):
+                    if message[0] in ("plan", "error"):
+                        self._answer = message
+                        self._planned.set()
+                    elif message[0] == "view":
+                        with self._lock:
+                            self._params, self._view, self._fresh = message[1], message[2], True
+                        self._viewed.set()
+                    else:
+                        self._tell(message)
+        except Exception:  # noqa: BLE001 — a broken helper: whatever did not arrive is done here
+            pass
         finally:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+            self._planned.set()
+            self._viewed.set()
             self._done.set()
 
-    def take(self, params: ViewParams) -> View | None:
-        """The view read early if `params` are the ones it was read with (waits for it), once; else None."""
+    # -- no fork: the same work in a thread ------------------------------------------------
+    def _here(self) -> None:
+        def keep(message: tuple) -> None:
+            if message[0] == "view":
+                with self._lock:
+                    self._params, self._view, self._fresh = message[1], message[2], True
+            else:
+                self._answer = message
+                self._planned.set()
+
+        try:
+            _plan_and_read(self._store, self._target, terminal_width(), keep, catch_up=False)
+        except Exception:  # noqa: BLE001 — `plan()` plans again and reports it; the first load reads afresh
+            pass
+        finally:
+            self._planned.set()
+            self._viewed.set()
+            self._done.set()
+
+    def _tell(self, message: tuple) -> None:
         with self._lock:
-            if self._taken or params != self.params:
+            listener = self._listener
+            if listener is None:
+                self._pending.append(message)
+                return
+        listener(message)
+
+    # -- what the CLI and the app ask ----------------------------------------------------------
+    def listen(self, listener) -> None:
+        """Hand the helper's ("changed", runs), ("progress", text) and ("warn", text) to `listener`
+        (called on the receiving thread), those that came before included."""
+        with self._lock:
+            self._listener, pending, self._pending = listener, self._pending, []
+        for message in pending:
+            listener(message)
+
+    def wait_done(self, timeout: float | None = None) -> bool:
+        """Wait for the helper to exit (its sync lock is then free)."""
+        return self._done.wait(timeout)
+
+    def stop(self) -> None:
+        """Stop the helper if it still runs (the app is quitting)."""
+        if self._pid is not None and not self._done.is_set():
+            try:
+                os.kill(self._pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            self._done.wait(5)
+
+    def plan(self) -> Plan:
+        """TARGET's plan (waits for it); a bad TARGET raises its UserError (exit 2)."""
+        from marinctl import errors
+
+        self._planned.wait()
+        answer = self._answer
+        if answer is None:                         # the helper died before planning: plan here
+            from marinctl.sync import plan_watch
+
+            return plan_watch(self._store, self._target)
+        if answer[0] == "error":
+            kind = getattr(errors, answer[1], errors.MarinctlError)
+            raise kind(answer[2], answer[3])
+        return answer[1]
+
+    def take(self, params: ViewParams) -> View | None:
+        """The newest view the helper read, if `params` are the ones it was read with and it was not
+        handed out before; else None (the caller reads afresh). The first call waits for a view."""
+        if not self._asked:
+            self._asked = True
+            self._viewed.wait()
+        with self._lock:
+            if self._retired or not self._fresh or params != self._params:
                 return None
-            self._taken = True
-        self._done.wait()
-        return self._view
+            self._fresh = False
+            return self._view
+
+    def retire(self) -> None:
+        """Hand out no more views: someone else (the app's follower) writes the store from now on."""
+        with self._lock:
+            self._retired = True
+
+
+def _send(fd: int, message: Any) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(struct.pack("<Q", len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _messages(pipe):
+    while True:
+        head = pipe.read(8)
+        if len(head) < 8:
+            return
+        data = pipe.read(struct.unpack("<Q", head)[0])
+        yield pickle.loads(data)

@@ -2,7 +2,9 @@
 
 - A local `.wandb` target is tailed by a follower thread (the sync pipeline's `FileSync`, as
   `sync --follow` uses it): a stat every FOLLOW_S, new records written to the store window by
-  window, and a `StoreChanged` message as soon as a window lands. `r` wakes it at once.
+  window, and a `StoreChanged` message as soon as a window lands. `r` wakes it at once. When
+  `watch` was started on it from the CLI, the first-read helper (tui/first_read.py) has caught
+  the file up in its own process first; the follower waits for it and tails from where it stopped.
 - A W&B target is synced every `--interval` seconds (shown in the header); `r` syncs now.
 - Whatever else writes the store (a `sync` in another terminal) is noticed by a ~1 ms check
   of the store's data version every CHECK_S; nothing is re-read while it stays the same.
@@ -50,6 +52,17 @@ class Live:
         if stop is not None:
             stop.set()
             self._follow_wake.set()
+        if self._first_read_early is not None:
+            self._first_read_early.stop()
+
+    def on_helper(self: WatchApp, message: tuple) -> None:
+        """What the first-read helper (tui/first_read.py) says while it catches a local run up
+        (called on its receiving thread): the same messages the follower posts."""
+        kind = message[0]
+        if kind == "changed":
+            self.post_message(msg.StoreChanged(message[1]))
+        elif kind in ("progress", "warn"):
+            self.post_message(msg.FollowStatus(message[1], problem=kind == "warn"))
 
     def wake_follower(self: WatchApp) -> bool:
         wake = getattr(self, "_follow_wake", None)
@@ -91,6 +104,11 @@ class Live:
 
         path = Path(target).expanduser()
         stop, wake = self._follow_stop, self._follow_wake
+        early = self._first_read_early
+        if early is not None:
+            while not stop.is_set() and not early.wait_done(FOLLOW_S):
+                pass    # the first-read helper is catching the run up under the sync lock: tail from where it stops
+            early.retire()
         while not stop.is_set() and not path.exists():
             self.post_message(msg.FollowStatus(f"waiting for {path.name}"))
             wake.wait(FOLLOW_S)

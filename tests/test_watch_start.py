@@ -1,0 +1,164 @@
+"""`marinctl watch` started as a person starts it: the real CLI in a real terminal (a pty).
+
+The first view is planned and read, and a local run never synced is caught up, by a helper
+process forked before Textual is imported (tui/first_read.py); the app's follower tails on from
+where the helper stopped. These tests hold what a person relies on: the run is on screen, every
+logged value ends up stored exactly once (helper and follower split the file between them), `q`
+leaves no process behind, and a watch killed while the helper is reading loses nothing a later
+`sync` cannot finish. The run is SYNTHETIC, written by the real wandb SDK.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.blackbox import ROOT, assert_same_values, logged_values, sdk_env, sdk_write, strict_json
+
+STEPS = 3000
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> tuple[Path, dict]:
+    """A finished offline run of 3,000 steps × 12 keys (~3 MB: the helper reads it in several windows)."""
+    out = tmp_path_factory.mktemp("start-run")
+    logged = sdk_write(out, f'''
+        run = wandb.init(mode="offline", dir=out, id="start-synthetic", settings=S(),
+                         config={{"synthetic": True, "num_train_steps": {STEPS}}})
+        rows = []
+        for s in range({STEPS}):
+            row = {{"train/loss": 8.0 / (1 + s / 300), "grad/norm/total": 1.0 + (s % 97) / 97,
+                   "optim/learning_rate": 3e-3 * min(1, s / 30)}}
+            row.update({{f"synthetic/k{{i}}": math.sin(s / 50 + i) for i in range(9)}})
+            run.log(row, step=s)
+            rows.append({{"_step": s, **row}})
+        run.finish()
+        logged["rows"] = rows
+    ''')
+    return out / "wandb", logged
+
+
+def _env(home: Path) -> dict[str, str]:
+    return {**sdk_env(), "MARINCTL_HOME": str(home), "TERM": "xterm-256color"}
+
+
+class Terminal:
+    """`marinctl ARGS` on a pty of 160×50, its own session (so the whole group can be killed)."""
+
+    def __init__(self, args: list[str], home: Path) -> None:
+        self.main, secondary = pty.openpty()
+        fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))
+        self.proc = subprocess.Popen([sys.executable, "-m", "marinctl", *args], stdin=secondary, stdout=secondary,
+                                     stderr=secondary, cwd=ROOT, env=_env(home), start_new_session=True)
+        os.close(secondary)
+        self.seen = b""
+
+    def read_until(self, needle: bytes, timeout: float = 60.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while needle not in self.seen and time.monotonic() < deadline:
+            ready, _, _ = select.select([self.main], [], [], 0.1)
+            if ready:
+                try:
+                    self.seen += os.read(self.main, 65536)
+                except OSError:
+                    break
+        return needle in self.seen
+
+    def press(self, key: bytes) -> None:
+        os.write(self.main, key)
+
+    def drain_until_exit(self, timeout: float = 30.0) -> int | None:
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            self.read_until(b"\x00never", timeout=0.2)
+        return self.proc.poll()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        os.close(self.main)
+
+
+def _group_alive(pgid: int) -> list[int]:
+    """Processes still in the process group `pgid` (the watch's session)."""
+    alive = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                alive.append(int(entry.name))
+    return alive
+
+
+def _gone(pgid: int, timeout: float = 10.0) -> list[int]:
+    """Wait for the group to be empty; the processes still in it after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _group_alive(pgid)
+
+
+def _stored_values(home: Path) -> dict:
+    out = subprocess.run([sys.executable, "-m", "marinctl", "export", "start-synthetic"], capture_output=True,
+                         text=True, cwd=ROOT, env=_env(home), timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = {}
+    for line in out.stdout.splitlines()[1:]:
+        step, key, value = line.split(",")
+        if not key.startswith("_"):
+            assert (int(step), key) not in got, f"duplicate row {step} {key}"
+            got[(int(step), key)] = float(value)
+    return got
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the helper process needs fork")
+def test_watch_on_a_run_never_synced_shows_it_stores_it_once_and_q_leaves_nothing(run_dir, tmp_path):
+    wandb_dir, logged = run_dir
+    home = tmp_path / "home"
+    term = Terminal(["watch", str(wandb_dir)], home)
+    try:
+        assert term.read_until(b"grad/norm/total"), term.seen[-2000:].decode(errors="replace")
+        assert term.read_until(f"{STEPS - 1:,} / {STEPS:,}".encode()), "the last step never reached the header"
+        term.press(b"q")
+        assert term.drain_until_exit() == 0
+        assert _gone(term.proc.pid) == [], "a process of the watch outlived it"
+    finally:
+        term.close()
+    assert_same_values(_stored_values(home), logged_values(logged["rows"]))
+    runs = strict_json(subprocess.run([sys.executable, "-m", "marinctl", "runs", "--json"], capture_output=True,
+                                      text=True, cwd=ROOT, env=_env(home), timeout=120).stdout)
+    assert [r["last_step"] for r in runs] == [STEPS - 1]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the helper process needs fork")
+@pytest.mark.parametrize("after_s", [0.3, 0.9])
+def test_watch_killed_while_the_helper_reads_loses_nothing(run_dir, tmp_path, after_s):
+    """SIGKILL to the whole watch (app and helper) early in the read; `sync` then finishes the
+    run with every logged value once: each window was committed with its file position."""
+    wandb_dir, logged = run_dir
+    home = tmp_path / "home"
+    term = Terminal(["watch", str(wandb_dir)], home)
+    try:
+        time.sleep(after_s)
+    finally:
+        term.close()
+    assert _gone(term.proc.pid) == []
+    sync = subprocess.run([sys.executable, "-m", "marinctl", "sync", str(wandb_dir)], capture_output=True, text=True,
+                          cwd=ROOT, env=_env(home), timeout=120)
+    assert sync.returncode == 0, sync.stderr
+    assert_same_values(_stored_values(home), logged_values(logged["rows"]))
