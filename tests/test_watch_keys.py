@@ -298,3 +298,16 @@ async def test_the_key_bar_shows_the_keys_and_a_click_presses_one(home):
         await until(pilot, lambda t: "marinctl watch — keys" in t, "a click on `? help` opens the help")
         await key(pilot, "escape", lambda t: "marinctl watch — keys" not in t, "escape closes the help")
         await key(pilot, "slash", lambda t: t.splitlines()[-1].split() != bar.split(), "the bar follows focus")
+
+
+async def test_0_and_minus_at_full_range_say_nothing_moved(home):
+    """At the full range `0` and `-` have nothing to undo: each press says so, and the view stays."""
+    app = open_watch(home / "marinctl.duckdb", KINDS["local"])
+    async with run_test(app) as pilot:
+        text = await settle(pilot)
+        assert "full range" in view_line(text), text
+        for k in ("0", "minus"):
+            text = await key(pilot, k, lambda t: "already showing every step" in t, f"{k} at full range says why")
+            assert "full range" in view_line(text), text
+            app.clear_notifications()
+            await until(pilot, lambda t: "already showing every step" not in t, "the notice clears")

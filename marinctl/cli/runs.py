@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
     app.command("runs", help="List mirrored runs.")(runs)
     app.command("show", help="A run's config, summary and fork lineage. RUN: a W&B run id, ENTITY/PROJECT/RUN_ID, a W&B URL, `hero`, rung1..rung4, or a local run id.")(show)
     app.command("export", help="Full-resolution history as long rows step,key,value (sorted by step, then key).")(export)
-    app.command("sql", help="Read-only SQL over the store (tables: runs, metrics, metric_keys, events, anomalies, sync_state; view: history).")(sql)
+    app.command("sql", help="Read-only SQL over the store (tables: runs, metrics, metric_keys, events, anomalies, system_samples, system_keys, history_parts, sync_state; view: history — every table: `marinctl sql \"SHOW TABLES\"`).")(sql)
 
 
 def runs(json_out: Annotated[bool, typer.Option("--json", help="JSON output.")] = False) -> None:

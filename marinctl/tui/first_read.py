@@ -91,6 +91,9 @@ def _plan_and_read(store: Store, target: str | None, width: int, send, *, catch_
     if local:
         changed = _catch_up(store, local, send, first=None if viewed else view)
         if changed or not viewed:
+            if params.ref is None and changed:
+                # the app shows the run the "changed" names (tui/app.py on_store_changed): read that view
+                params = replace(params, ref=changed[-1].get("uid") or changed[-1].get("run"), page=0)
             view()                               # the view after the catch-up, then what changed
             send(("changed", changed))
     elif not viewed:

@@ -96,12 +96,12 @@ class KeyActions:
         half = max(MIN_WINDOW / 2, (now_hi - now_lo) * factor / 2)
         lo, hi = int(round(centre - half)), int(round(centre + half))
         if lo <= view.full_lo and hi >= view.full_hi:
-            self.action_reset_zoom()
+            self.action_reset_zoom(quiet=around is not None)
             return
         shift = max(0, view.full_lo - lo) - max(0, hi - view.full_hi)
         lo, hi = max(view.full_lo, lo + shift), min(view.full_hi, hi + shift)
         if lo <= view.full_lo and hi >= view.full_hi:       # zoomed out to everything: the full range, following
-            self.action_reset_zoom()
+            self.action_reset_zoom(quiet=around is not None)
             return
         if (lo, hi) == (now_lo, now_hi) and factor < 1:
             self.notify(f"zoomed in as far as it goes: {N.count(hi - lo + 1)} steps across "
@@ -128,7 +128,12 @@ class KeyActions:
         hi = view.full_hi if self.params.hi is None else min(view.full_hi, self.params.hi)
         return (lo, hi) if hi > lo else (view.full_lo, view.full_hi)
 
-    def action_reset_zoom(self: WatchApp) -> None:
+    def action_reset_zoom(self: WatchApp, quiet: bool = False) -> None:
+        """`0` (and `-` out to everything): the full range, following the live end."""
+        if self.params.lo is None and self.params.hi is None:
+            if not quiet:       # a key press says why nothing moved; the mouse wheel stays quiet
+                self.notify("already showing every step (full range)", title="zoom")
+            return
         self.set_params(lo=None, hi=None)
 
     # -- what is drawn -----------------------------------------------------------------------
