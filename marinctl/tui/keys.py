@@ -131,7 +131,8 @@ class KeyActions:
     def action_reset_zoom(self: WatchApp, quiet: bool = False) -> None:
         """`0` (and `-` out to everything): the full range, following the live end."""
         if self.params.lo is None and self.params.hi is None:
-            if not quiet:       # a key press says why nothing moved; the mouse wheel stays quiet
+            if not quiet and self.view is not None and self.view.axis is not None:
+                # a key press on a chart says why nothing moved; the mouse wheel stays quiet
                 self.notify("already showing every step (full range)", title="zoom")
             return
         self.set_params(lo=None, hi=None)
