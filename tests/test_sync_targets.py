@@ -6,6 +6,7 @@ import pytest
 
 from marinctl.errors import UserError
 from marinctl.sync import parse_target
+from marinctl.sync.targets import local_targets
 
 
 @pytest.mark.parametrize("raw, entity, project, run", [
@@ -36,6 +37,7 @@ def test_local_targets(tmp_path):
     assert plan.kind == "local" and plan.path == f
     (plan,) = parse_target(str(tmp_path))
     assert plan.kind == "local"
+    assert local_targets([str(f), "marin", "no/such/path/here!"]) == [str(f)]    # followed, not polled
 
 
 @pytest.mark.parametrize("raw", ["", "bogus!!", "https://example.com/a/b", "./missing-dir", "x/y/z/w", "https://wandb.ai/only-entity"])

@@ -132,6 +132,18 @@ def lock_key(plan: Plan) -> str:
     return plan.raw
 
 
+def local_targets(targets: list[str]) -> list[str]:
+    """The targets that name local `.wandb` files or directories (followed, not polled)."""
+    out = []
+    for t in targets:
+        try:
+            if all(p.kind == "local" for p in parse_target(t)):
+                out.append(t)
+        except UserError:
+            continue
+    return out
+
+
 def plan_watch(store: Store, raw: str | None) -> tuple[str | None, list[str]]:
     """(what to show, what to sync) for `watch [TARGET]`; bad TARGETs raise UserError.
 

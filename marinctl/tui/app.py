@@ -240,7 +240,7 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
             self.post_message(msg.Planned(self.params.ref, [], error=f"{type(exc).__name__}: {exc}"))
 
     def _planned(self, ref: str | None, targets: list[str]) -> msg.Planned:
-        from marinctl.tui.live import local_targets
+        from marinctl.sync.targets import local_targets
 
         local = local_targets(targets)
         return msg.Planned(ref or self.params.ref, [t for t in targets if t not in local], local_paths=local)

@@ -67,6 +67,7 @@ def _plan_and_read(store: Store, target: str | None, width: int, send, *, catch_
     from marinctl.analysis.watch_view import build_view
     from marinctl.errors import MarinctlError
     from marinctl.sync import plan_watch
+    from marinctl.sync.targets import local_targets
     from marinctl.tui import settings
 
     try:
@@ -85,7 +86,7 @@ def _plan_and_read(store: Store, target: str | None, width: int, send, *, catch_
             os.nice(5)    # the rest of the catch-up yields to the screen starting on the other core
         viewed = True
 
-    local = _local_paths(plan[1]) if catch_up else []
+    local = local_targets(plan[1]) if catch_up else []
     if plan[0] is not None or not local:
         view()     # what is stored, at once; the file is caught up after
     if local:
@@ -98,20 +99,6 @@ def _plan_and_read(store: Store, target: str | None, width: int, send, *, catch_
             send(("changed", changed))
     elif not viewed:
         view()
-
-
-def _local_paths(targets: list[str]) -> list[str]:
-    from marinctl.errors import UserError
-    from marinctl.sync.targets import parse_target
-
-    out = []
-    for t in targets:
-        try:
-            if all(p.kind == "local" for p in parse_target(t)):
-                out.append(t)
-        except UserError:
-            continue
-    return out
 
 
 def _catch_up(store: Store, paths: list[str], send, *, first) -> list[dict]:

@@ -177,18 +177,3 @@ def _file_stamp(db: Path) -> tuple:
         except OSError:
             out.append(None)
     return tuple(out)
-
-
-def local_targets(targets: list[str]) -> list[str]:
-    """The targets that name local `.wandb` files or directories (followed, not polled)."""
-    from marinctl.errors import UserError
-    from marinctl.sync.targets import parse_target
-
-    out = []
-    for t in targets:
-        try:
-            if all(p.kind == "local" for p in parse_target(t)):
-                out.append(t)
-        except UserError:
-            continue
-    return out

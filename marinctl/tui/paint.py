@@ -7,7 +7,7 @@ to the real width when drawn): the exact value the cursor reads there (`3.2114 @
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from marinctl import numbers as N
 from marinctl.analysis.chart_data import Logged
