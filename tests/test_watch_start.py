@@ -162,3 +162,27 @@ def test_watch_killed_while_the_helper_reads_loses_nothing(run_dir, tmp_path, af
                           cwd=ROOT, env=_env(home), timeout=120)
     assert sync.returncode == 0, sync.stderr
     assert_same_values(_stored_values(home), logged_values(logged["rows"]))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the helper process needs fork")
+def test_the_helper_never_writes_to_the_terminal(run_dir, tmp_path, monkeypatch, capfd):
+    """Whatever the helper would print (a library's warning) goes nowhere: the terminal is the app's."""
+    from marinctl.store import Store
+    from marinctl.tui import first_read
+
+    wandb_dir, _ = run_dir
+    real = first_read._plan_and_read
+
+    def noisy(*args, **kwargs):
+        print("helper stdout", flush=True)
+        print("helper stderr", file=sys.stderr, flush=True)
+        os.write(2, b"helper fd 2\n")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(first_read, "_plan_and_read", noisy)
+    monkeypatch.setenv("MARINCTL_HOME", str(tmp_path / "home"))
+    early = first_read.FirstRead(Store(tmp_path / "home" / "marinctl.duckdb"), str(wandb_dir))
+    assert early.plan()[1] == [str(wandb_dir)]
+    assert early.wait_done(60)
+    out, err = capfd.readouterr()
+    assert "helper" not in out + err, out + err

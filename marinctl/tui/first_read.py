@@ -30,6 +30,7 @@ import pickle
 import shutil
 import signal
 import struct
+import sys
 import threading
 import time
 from dataclasses import replace
@@ -165,6 +166,11 @@ class FirstRead:
         if pid == 0:                               # the helper: never returns
             os.close(r)
             try:
+                # the terminal belongs to the app: a stray warning here would land on its screen
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
+                sys.stdout = sys.stderr = open(os.devnull, "w")
                 _plan_and_read(self._store, self._target, width, lambda m: _send(w, m), catch_up=True)
             except BaseException:  # noqa: BLE001 — the parent then does the work itself
                 pass
