@@ -59,6 +59,33 @@ async def test_first_frame_shows_default_panels_header_and_sidebar(watch_store):
         assert "train/loss" in text
 
 
+@pytest.mark.parametrize("size,cols", [(SIZE, 2), ((151, 47), 3), ((97, 40), 1), ((160, 50), 4)])
+async def test_first_frames_are_built_in_the_worker_at_the_size_the_grid_gives(watch_store, monkeypatch, size, cols):
+    """The worker guesses each chart's size before the charts exist (Textual's grid gives the
+    later columns the spare cells); a wrong guess made the UI thread build every chart again
+    before the first chart could be shown (~30 ms each)."""
+    import marinctl.tui.charts as charts
+    from marinctl.tui import settings
+
+    settings.save(watch_store.path, settings.Layout(cols=cols))
+    built_on_ui = []
+    real = charts.build_frame
+
+    def spy(fig, panel, axis, spec, size_):
+        if threading.current_thread() is threading.main_thread():
+            built_on_ui.append((panel.key, size_))
+        return real(fig, panel, axis, spec, size_)
+
+    monkeypatch.setattr(charts, "build_frame", spy)
+    app = WatchApp(None, 30, store=watch_store, autosync=False)
+    async with app.run_test(size=size) as pilot:
+        await loaded(pilot, app)
+        shown = list(app._page.charts.values())
+        assert shown and all(c._frame is not None for c in shown)
+        assert [(c.key, c._frame.size) for c in shown] == [(c.key, (c.size.width, c.size.height)) for c in shown]
+        assert built_on_ui == [], f"built again on the UI thread: {built_on_ui}"
+
+
 async def test_keys_toggle_logy_smoothing_and_x_axis(watch_store):
     app = WatchApp("hero", 30, store=watch_store, autosync=False)
     async with app.run_test(size=SIZE) as pilot:

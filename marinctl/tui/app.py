@@ -172,6 +172,7 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         self._run_pane = self.query_one("#run-pane", RunPaneView)
         self._system_pane = self.query_one("#system-pane", SystemPane)
         self._filter.display = False
+        self._notice.display = False     # empty until a view says something (its line would shrink the first charts)
         self._legend.display = False
         self._run_pane.display = self._layout.run_pane
         self._system_pane.display = self._layout.system_pane
@@ -291,7 +292,7 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         self._hand_out(view, message.frames, [*self._page.charts.values(), *system.values()])
         self._update_readout()
         if rebuilt:
-            self.call_after_refresh(self.repaint)       # charts whose size differed from the worker's guess
+            self.call_after_refresh(self._repaint_misfits)
         chart = self._page.chart_for(self._focus_after_load) if self._focus_after_load else None
         if chart is not None:
             chart.focus()
@@ -301,6 +302,12 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         if self._keys_after_first:
             self._keys_after_first = False
             self.load_keys(self.params.ref)
+
+    def _repaint_misfits(self) -> None:
+        """New frames when a chart's laid-out size differs from the worker's guess (else nothing)."""
+        charts = [*self._page.charts.values(), *self._system_pane.charts.values()]
+        if any(c.panel is not None and c.needs_frame((c.size.width, c.size.height)) for c in charts):
+            self.repaint()
 
     def _show_notice(self, view: View) -> None:
         text = ""

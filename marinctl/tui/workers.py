@@ -20,7 +20,7 @@ from marinctl.errors import MarinctlError, RuntimeFailure
 from marinctl.tui import messages as msg
 from marinctl.tui.charts import register_theme
 from marinctl.tui.paint import ChartState, spec_for, view_cursor
-from marinctl.tui.widgets.grid import chart_size_for
+from marinctl.tui.widgets.grid import chart_size_for, chart_sizes_for
 
 if TYPE_CHECKING:
     from marinctl.tui.app import WatchApp
@@ -202,9 +202,10 @@ def _frames(view: View, job: dict[str, Any], values: dict[str, Logged]) -> dict[
     out = {}
     headers = len(view.sections)
     size = chart_size_for(*job["page"], view.params.cols, view.params.rows, headers)
-    # the grid gives the odd column(s) one cell more: on an unchanged layout use each chart's real size
+    # on an unchanged layout each chart's real size; else each one's place in the grid to come
+    guess = chart_sizes_for(*job["page"], view.params.cols, view.params.rows, view.sections)
     same = job["layout"] == (view.params.cols, view.params.rows, headers)
-    sized = [(p, job["sizes"].get(p.key, size) if same else size) for p in view.panels]
+    sized = [(p, (job["sizes"] if same else guess).get(p.key, guess.get(p.key, size))) for p in view.panels]
     if job["system"] is not None:
         sized += [(p, job["system"]) for p in view.system_panels]
     worker = get_current_worker()

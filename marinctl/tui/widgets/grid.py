@@ -28,6 +28,20 @@ def chart_size_for(width: int, height: int, cols: int, rows: int, headers: int) 
             max(MIN_CHART_HEIGHT, (height - headers) // max(1, rows)))
 
 
+def chart_sizes_for(width: int, height: int, cols: int, rows: int, sections) -> dict[str, tuple[int, int]]:
+    """Each chart's size on a page of `width`×`height` cells laid out as `sections`: the columns
+    share the width as Textual's grid shares `1fr` columns (cumulative rounding: the remainder
+    goes to the later ones), so a first frame built in a worker fits and is not drawn again."""
+    _, h = chart_size_for(width, height, cols, rows, len(sections))
+    free = max(0, width - (cols - 1))
+    widths = [max(10, (i + 1) * free // cols - i * free // cols) for i in range(cols)]
+    out: dict[str, tuple[int, int]] = {}
+    for section in sections:
+        for i, key in enumerate(section.keys):
+            out.setdefault(key, (widths[i % cols], h))
+    return out
+
+
 class SectionHeader(Static):
     """`▾ params/norm/  (600 keys)`: click folds or unfolds the section."""
 
