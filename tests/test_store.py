@@ -168,3 +168,37 @@ def test_a_store_from_an_earlier_release_is_migrated_by_a_read_command(tmp_path,
     assert "old-synthetic" in out
     with duckdb.connect(str(home / "marinctl.duckdb"), read_only=True) as con:
         assert schema.current_version(con) == schema.latest_version()
+
+
+def test_held_keeps_one_instance_for_a_burst_then_lets_other_processes_in(tmp_path):
+    """`held()` (the first view of a watch): the burst inside shares one open DuckDB instance, so
+    another process is kept out meanwhile and let in after; a store this process may only read
+    is not held, and reading it still works."""
+    import subprocess
+    import sys
+
+    import duckdb
+
+    path = tmp_path / "held.duckdb"
+    store = Store(path, lock_timeout=0.5)
+    probe = [sys.executable, "-c", f"import duckdb; duckdb.connect({str(path)!r}, read_only=True).close()"]
+    with store.held():
+        with store.transaction() as con:
+            upsert_run(con, _run("r1"))
+        with store.connect() as con:
+            assert con.execute("SELECT run_id FROM runs").fetchall() == [("r1",)]
+        assert subprocess.run(probe, capture_output=True, timeout=60).returncode != 0, "another process got in"
+    assert subprocess.run(probe, capture_output=True, timeout=60).returncode == 0, "the store was not let go"
+
+    real = Store._open
+
+    def read_only_file(self, read_only):
+        if not read_only:
+            raise duckdb.IOException('Cannot open file "held.duckdb": Permission denied')
+        return real(self, read_only)
+
+    reader = Store(path)
+    reader._open = read_only_file.__get__(reader)
+    with reader.held():
+        with reader.connect() as con:
+            assert con.execute("SELECT count(*) FROM runs").fetchall() == [(1,)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
+import re
 import select
 import signal
 import struct
@@ -134,6 +135,8 @@ def test_watch_on_a_run_never_synced_shows_it_stores_it_once_and_q_leaves_nothin
     try:
         assert term.read_until(b"grad/norm/total"), term.seen[-2000:].decode(errors="replace")
         assert term.read_until(f"{STEPS - 1:,} / {STEPS:,}".encode()), "the last step never reached the header"
+        # the helper lists the run's keys with its view: no frame waits on a second read for the page count
+        assert "page 1/…".encode() not in term.seen and re.search(rb"page 1/\d", term.seen)
         term.press(b"q")
         assert term.drain_until_exit() == 0
         assert _gone(term.proc.pid) == [], "a process of the watch outlived it"

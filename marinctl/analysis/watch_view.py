@@ -9,7 +9,7 @@ Only the page on screen is read: a run with 649 keys costs what its 8 visible ch
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from marinctl.analysis import metric_pages as MP
@@ -75,6 +75,7 @@ class View:
     system_keys: int = 0
     system_note: str = ""                                    # how stored system samples are placed on x
     sampled_keys: frozenset[str] = frozenset()               # system panels drawn from samples by time
+    keys_read: bool = False                                  # build_view listed the run's keys itself (`params.all_keys`)
 
     @property
     def width(self) -> float:
@@ -108,8 +109,11 @@ def page_layout(params: ViewParams, curated: list[str]) -> tuple[list[MP.Page], 
     return MP.paginate(sections, params.cols, params.rows, params.collapsed), len(keys), len(every)
 
 
-def build_view(store, params: ViewParams) -> View:
-    """Read everything one frame needs in one short connection (runs in a worker thread)."""
+def build_view(store, params: ViewParams, *, read_keys: bool = False) -> View:
+    """Read everything one frame needs in one short connection (runs in a worker thread).
+
+    `read_keys`: list the run's keys in the same connection when `params` has none (the view's
+    params then carry them and the page count is known from the first frame)."""
     from marinctl.errors import UserError
     from marinctl.store.lineage import resolve_target
 
@@ -124,6 +128,9 @@ def build_view(store, params: ViewParams) -> View:
             view.error = exc.message + (f" — {exc.hint}" if exc.hint else "")
             return view
         view.target_name = target.name
+        if read_keys and params.all_keys is None:
+            params = view.params = replace(params, all_keys=tuple(S.keys_of(con, target.run_pks)))
+            view.keys_read = True
         if params.all_keys is not None:
             have = set(params.all_keys)
             curated = [k for k in DEFAULT_PANELS if k in have]

@@ -280,6 +280,8 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         p = view.params
         if p.jump is not None or p.page != view.page:
             self.params = self._with(page=view.page, jump=None)
+        if view.keys_read and p.all_keys != self.params.all_keys:
+            self.params = self._with(all_keys=p.all_keys)     # the first-read helper listed the keys
         if self._header.offline_since is not None:
             self._header.offline_since = _offline_text(view)
         self._show_header(view)
@@ -301,7 +303,8 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
             self.load_pane()
         if self._keys_after_first:
             self._keys_after_first = False
-            self.load_keys(self.params.ref)
+            if not view.keys_read:
+                self.load_keys(self.params.ref)
 
     def _repaint_misfits(self) -> None:
         """New frames when a chart's laid-out size differs from the worker's guess (else nothing)."""

@@ -33,6 +33,7 @@ import struct
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +66,14 @@ def terminal_width() -> int:
 
 def _plan_and_read(store: Store, target: str | None, width: int, send, *, catch_up: bool) -> None:
     """Plan TARGET, `send` the plan (or the error), catch a local run up (when `catch_up`), `send` the view."""
+    # one DuckDB instance from the plan to the first view (each open of the file costs ~35 ms);
+    # let go after it: the app and the rest of the catch-up open the store in turn
+    with ExitStack() as held:
+        held.enter_context(store.held())
+        _plan_and_read_held(store, target, width, send, catch_up=catch_up, release=held.close)
+
+
+def _plan_and_read_held(store: Store, target: str | None, width: int, send, *, catch_up: bool, release) -> None:
     from marinctl.analysis.watch_view import build_view
     from marinctl.errors import MarinctlError
     from marinctl.sync import plan_watch
@@ -74,6 +83,7 @@ def _plan_and_read(store: Store, target: str | None, width: int, send, *, catch_
     try:
         plan = plan_watch(store, target)
     except MarinctlError as exc:
+        release()
         send(("error", type(exc).__name__, exc.message, exc.hint))
         return
     send(("plan", plan))
@@ -82,7 +92,9 @@ def _plan_and_read(store: Store, target: str | None, width: int, send, *, catch_
 
     def view() -> None:
         nonlocal viewed
-        send(("view", params, build_view(store, params)))
+        shown = build_view(store, params, read_keys=True)    # the key list with it: no second read in the app
+        release()
+        send(("view", shown.params, shown))
         if not viewed and hasattr(os, "nice"):
             os.nice(5)    # the rest of the catch-up yields to the screen starting on the other core
         viewed = True
@@ -270,13 +282,13 @@ class FirstRead:
         return answer[1]
 
     def take(self, params: ViewParams) -> View | None:
-        """The newest view the helper read, if `params` are the ones it was read with and it was not
-        handed out before; else None (the caller reads afresh). The first call waits for a view."""
+        """The newest view the helper read, if it answers `params` (`_answers`) and was not handed
+        out before; else None (the caller reads afresh). The first call waits for a view."""
         if not self._asked:
             self._asked = True
             self._viewed.wait()
         with self._lock:
-            if self._retired or not self._fresh or params != self._params:
+            if self._retired or not self._fresh or not _answers(params, self._params):
                 return None
             self._fresh = False
             return self._view
@@ -285,6 +297,13 @@ class FirstRead:
         """Hand out no more views: someone else (the app's follower) writes the store from now on."""
         with self._lock:
             self._retired = True
+
+
+def _answers(asked: ViewParams, read: ViewParams | None) -> bool:
+    """Does a view read with `read` answer `asked`? The helper lists the run's keys itself, so its
+    key list (`all_keys`) may be newer than the app's; the rest must be the same."""
+    return read is not None and replace(asked, all_keys=None) == replace(read, all_keys=None) and (
+        asked.all_keys is None or read.all_keys is not None)
 
 
 def _send(fd: int, message: Any) -> None:
