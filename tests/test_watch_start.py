@@ -189,3 +189,43 @@ def test_the_helper_never_writes_to_the_terminal(run_dir, tmp_path, monkeypatch,
     assert early.wait_done(60)
     out, err = capfd.readouterr()
     assert "helper" not in out + err, out + err
+
+
+@pytest.mark.asyncio
+async def test_a_key_charted_twice_gets_a_frame_for_each_size(run_dir, tmp_path, monkeypatch):
+    """`grad/norm/total` is in the overview (second column) and in its own section (first column):
+    two charts, two widths. Frames were handed out by key, so one of them was built again on the
+    UI thread at every paint (~0.1 s before the first chart of this run showed, and at each
+    cursor move after)."""
+    import threading
+
+    import marinctl.tui.charts as charts
+    from marinctl.store import Store
+    from marinctl.sync.local import sync_path
+    from marinctl.tui.app import WatchApp
+
+    wandb_dir, _ = run_dir
+    store = Store(tmp_path / "home" / "marinctl.duckdb")
+    sync_path(store, wandb_dir)
+    built_on_ui = []
+    real = charts.build_frame
+
+    def spy(fig, panel, axis, spec, size):
+        if threading.current_thread() is threading.main_thread():
+            built_on_ui.append((panel.key, size))
+        return real(fig, panel, axis, spec, size)
+
+    monkeypatch.setattr(charts, "build_frame", spy)
+    app = WatchApp("start-synthetic", 30, store=store, autosync=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        deadline = time.monotonic() + 30
+        while not (app.view is not None and app.view.total_keys is not None and app.refreshes >= 2
+                   and not any(w.is_running for w in app.workers)) and time.monotonic() < deadline:
+            await pilot.pause(0.05)
+        await pilot.pause(0.2)
+        twice = [c for slot, c in app._page.charts.items() if c.key == "grad/norm/total"]
+        assert len(twice) == 2 and twice[0].size != twice[1].size, [(c.slot, c.size) for c in twice]
+        assert [c._frame.size for c in twice] == [(c.size.width, c.size.height) for c in twice]
+        await pilot.press("right")                 # a cursor move paints every chart again
+        await pilot.pause(0.5)
+    assert built_on_ui == [], f"built on the UI thread: {built_on_ui}"

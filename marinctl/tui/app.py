@@ -332,7 +332,7 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
             panel = panels.get(key)
             if panel is None or view.axis is None:
                 continue
-            frame = frames.get(key)
+            frame = frames.get(chart.slot)
             spec = frame.token[1] if frame is not None else spec_for(view, key, self.chart_state, self.readout_values,
                                                                      theme)
             chart.set_panel(panel, view.axis, spec, frame)

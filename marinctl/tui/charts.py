@@ -144,9 +144,10 @@ class MetricChart(PlotextPlot):
         step: float
         factor: float
 
-    def __init__(self, key: str, *, id: str | None = None, classes: str | None = None) -> None:
+    def __init__(self, key: str, *, slot: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.key = key
+        self.slot = slot or key      # its place (`section|key`): a curated key also has a chart in its own section
         self.panel: PanelData | None = None
         self.axis: Axis | None = None
         self.spec = FrameSpec()

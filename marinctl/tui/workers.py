@@ -20,7 +20,7 @@ from marinctl.errors import MarinctlError, RuntimeFailure
 from marinctl.tui import messages as msg
 from marinctl.tui.charts import register_theme
 from marinctl.tui.paint import ChartState, spec_for, view_cursor
-from marinctl.tui.widgets.grid import chart_size_for, chart_sizes_for
+from marinctl.tui.widgets.grid import chart_size_for, chart_sizes_for, chart_slot
 
 if TYPE_CHECKING:
     from marinctl.tui.app import WatchApp
@@ -54,7 +54,7 @@ class Workers:
         page = self._page
         system = self._system_pane
         old = {c.key: c.panel for c in list(page.charts.values()) + list(system.charts.values()) if c.panel is not None}
-        sizes = {c.key: (c.size.width, c.size.height) for c in page.charts.values() if c.size.width > 0}
+        sizes = {slot: (c.size.width, c.size.height) for slot, c in page.charts.items() if c.size.width > 0}
         return {"state": self.chart_state, "theme": register_theme(self), "page": (page.size.width, page.size.height),
                 "system": system.chart_size() if system.display else None, "old": old,
                 "values": dict(self.readout_values), "figures": self.figures,
@@ -196,23 +196,28 @@ def _exact_values(store, view: View, state: ChartState, known: dict[str, Logged]
 
 
 def _frames(view: View, job: dict[str, Any], values: dict[str, Logged]) -> dict[str, Any]:
-    """Frames for every chart of the view at the size it will have on screen."""
+    """Frames for every chart of the view at the size it will have on screen, by chart slot (a key
+    shown twice, in the overview and in its own section, may have two sizes: one frame each)."""
     if view.error or view.axis is None:
         return {}
-    out = {}
     headers = len(view.sections)
     size = chart_size_for(*job["page"], view.params.cols, view.params.rows, headers)
     # on an unchanged layout each chart's real size; else each one's place in the grid to come
     guess = chart_sizes_for(*job["page"], view.params.cols, view.params.rows, view.sections)
     same = job["layout"] == (view.params.cols, view.params.rows, headers)
-    sized = [(p, (job["sizes"] if same else guess).get(p.key, guess.get(p.key, size))) for p in view.panels]
+    panels = {p.key: p for p in view.panels}
+    slots = [(chart_slot(s, k), panels[k]) for s in view.sections for k in s.keys if k in panels]
+    sized = [(slot, p, (job["sizes"] if same else guess).get(slot, guess.get(slot, size))) for slot, p in slots]
     if job["system"] is not None:
-        sized += [(p, job["system"]) for p in view.system_panels]
+        sized += [(p.key, p, job["system"]) for p in view.system_panels]
     worker = get_current_worker()
-    for panel, sz in sized:
+    out, built = {}, {}
+    for slot, panel, sz in sized:
         if worker.is_cancelled:
             break
-        spec = spec_for(view, panel.key, job["state"], values, job["theme"])
-        out[panel.key] = job["figures"].frame(panel, view.axis, spec, sz)
+        if (panel.key, sz) not in built:
+            spec = spec_for(view, panel.key, job["state"], values, job["theme"])
+            built[panel.key, sz] = job["figures"].frame(panel, view.axis, spec, sz)
+        out[slot] = built[panel.key, sz]
     return out
 

@@ -28,17 +28,22 @@ def chart_size_for(width: int, height: int, cols: int, rows: int, headers: int) 
             max(MIN_CHART_HEIGHT, (height - headers) // max(1, rows)))
 
 
+def chart_slot(section: Section, key: str) -> str:
+    """A chart's place on the page: a curated key shows in the overview and in its own section."""
+    return f"{section.name}|{key}"
+
+
 def chart_sizes_for(width: int, height: int, cols: int, rows: int, sections) -> dict[str, tuple[int, int]]:
-    """Each chart's size on a page of `width`×`height` cells laid out as `sections`: the columns
-    share the width as Textual's grid shares `1fr` columns (cumulative rounding: the remainder
-    goes to the later ones), so a first frame built in a worker fits and is not drawn again."""
+    """Each chart's size (by `chart_slot`) on a page of `width`×`height` cells laid out as `sections`:
+    the columns share the width as Textual's grid shares `1fr` columns (cumulative rounding: the
+    remainder goes to the later ones), so a first frame built in a worker fits and is not drawn again."""
     _, h = chart_size_for(width, height, cols, rows, len(sections))
     free = max(0, width - (cols - 1))
     widths = [max(10, (i + 1) * free // cols - i * free // cols) for i in range(cols)]
     out: dict[str, tuple[int, int]] = {}
     for section in sections:
         for i, key in enumerate(section.keys):
-            out.setdefault(key, (widths[i % cols], h))
+            out[chart_slot(section, key)] = (widths[i % cols], h)
     return out
 
 
@@ -82,12 +87,12 @@ class ChartPage(Vertical):
             widgets.append(SectionHeader(s))
             if not s.keys:
                 continue
-            charts = [MetricChart(k, classes="chart") for k in s.keys]
+            charts = [MetricChart(k, slot=chart_slot(s, k), classes="chart") for k in s.keys]
             for c in charts:
-                prev = old.get(f"{s.name}|{c.key}")
+                prev = old.get(c.slot)
                 if prev is not None and prev.panel is not None:    # keep what the old page showed until new frames come
                     c.panel, c.axis, c.spec = prev.panel, prev.axis, prev.spec
-            self.charts.update({f"{s.name}|{c.key}": c for c in charts})
+            self.charts.update({c.slot: c for c in charts})
             grid = Container(*charts, classes="section-grid")
             grid.styles.grid_size_columns = cols
             grid.chart_rows = -(-len(charts) // cols)
