@@ -192,10 +192,10 @@ def test_held_keeps_one_instance_for_a_burst_then_lets_other_processes_in(tmp_pa
 
     real = Store._open
 
-    def read_only_file(self, read_only):
+    def read_only_file(self, read_only, lock_timeout=None):
         if not read_only:
             raise duckdb.IOException('Cannot open file "held.duckdb": Permission denied')
-        return real(self, read_only)
+        return real(self, read_only, lock_timeout)
 
     reader = Store(path)
     reader._open = read_only_file.__get__(reader)

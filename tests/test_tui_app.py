@@ -348,3 +348,54 @@ async def test_ctrl_c_quits_even_from_the_help_screen(watch_store):
         await pilot.press("ctrl+c")
         await pilot.pause(0.2)
         assert not app.is_running
+
+
+async def test_the_first_frame_does_not_wait_for_a_helper_holding_the_store(watch_store):
+    """While the first-read helper catches a file up it may hold the store; the readout's values the
+    envelopes cannot tell (keys logged every 10 steps) are then shown as '…' instead of waiting for
+    the store (up to lock_timeout, 15 s) before the first chart. Here another process holds it."""
+    import subprocess
+    from dataclasses import replace as dc_replace
+
+    from marinctl.analysis.watch_view import ViewParams, build_view
+    from marinctl.tui.first_read import bucket_guess
+
+    class HelperStillReading:
+        def __init__(self, view):
+            self.view = view
+
+        def listen(self, listener):
+            pass
+
+        def take(self, params):
+            view, self.view = self.view, None
+            return view
+
+        def wait_done(self, timeout=None):
+            return False
+
+        def retire(self):
+            pass
+
+        def stop(self):
+            pass
+
+    params = ViewParams(ref="hero", buckets=bucket_guess(SIZE[0]))
+    view = build_view(watch_store, params, read_keys=True)
+    cursor = view.hi - 3          # not a bucket's end: only keys logged every 10 steps are told by the envelopes
+    assert [p.key for p in view.panels if p.key not in view.readout(cursor)], "every key read from envelopes"
+    holder = subprocess.Popen([sys.executable, "-c", f"import duckdb,time; c=duckdb.connect({str(watch_store.path)!r});"
+                               " print('ok', flush=True); time.sleep(30)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ok"
+        app = WatchApp("hero", 30, store=watch_store, autosync=False, plan=("hero", []),
+                       first_read=HelperStillReading(view))
+        app.chart_state = dc_replace(app.chart_state, cursor_step=cursor)
+        started = time.monotonic()
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: app.view is not None and app.refreshes >= 1, timeout=10)
+            await wait_for(pilot, lambda: "train/loss" in screen_text(app), timeout=5)
+            assert time.monotonic() - started < 10
+    finally:
+        holder.kill()
+        holder.wait()

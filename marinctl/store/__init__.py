@@ -50,8 +50,8 @@ class Store:
         self._mutex = threading.Lock()
 
     # -- connections -------------------------------------------------------------------
-    def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
-        deadline = time.monotonic() + self.lock_timeout
+    def _open(self, read_only: bool, lock_timeout: float | None = None) -> duckdb.DuckDBPyConnection:
+        deadline = time.monotonic() + (self.lock_timeout if lock_timeout is None else lock_timeout)
         delay = 0.02
         while True:
             try:
@@ -110,11 +110,12 @@ class Store:
             self._migrated = True
 
     @contextmanager
-    def connect(self, *, write: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A short-lived connection. Writers should wrap their work in one transaction."""
+    def connect(self, *, write: bool = False, lock_timeout: float | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A short-lived connection. Writers should wrap their work in one transaction.
+        `lock_timeout`: how long a read waits for another process's hold (default: the store's)."""
         con = None
         if not write and not self._migrated and self.path.exists():
-            con = self._open(read_only=True)
+            con = self._open(read_only=True, lock_timeout=lock_timeout)
             try:
                 self.ensure_schema(reader=con)
             except BaseException:
@@ -124,7 +125,7 @@ class Store:
                 con.close()
                 con = None
         self.ensure_schema()
-        con = con or self._open(read_only=not write)
+        con = con or self._open(read_only=not write, lock_timeout=lock_timeout)
         # DuckDB draws a progress bar on stdout for long queries; it would corrupt --json output.
         con.execute("SET enable_progress_bar = false")
         if write:

@@ -144,6 +144,13 @@ def local_targets(targets: list[str]) -> list[str]:
     return out
 
 
+def local_bytes(targets: list[str]) -> int:
+    """The size of the `.wandb` files under local targets: what reading them to the end reads at most."""
+    from marinctl.sources.wandb_local import find_run_files
+
+    return sum(f.stat().st_size for t in targets for f in find_run_files(Path(t).expanduser()))
+
+
 def plan_watch(store: Store, raw: str | None) -> tuple[str | None, list[str]]:
     """(what to show, what to sync) for `watch [TARGET]`; bad TARGETs raise UserError.
 

@@ -10,6 +10,7 @@ notifications; the last good frame stays up.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from dataclasses import replace
 from typing import Any, Callable
@@ -138,6 +139,7 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         self._syncing = False
         self._asked_sync = False          # `r` started the running sync
         self._keys_after_first = False    # list the run's keys once the first frame is up
+        self.first_painted = threading.Event()   # the first view is on the screen
         self._last_error: str | None = None
         self._focus_after_load: str | None = None
         self.refreshes = 0
@@ -301,6 +303,8 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
             self._focus_after_load = None
         if first_of_run and self._run_pane.display:
             self.load_pane()
+        if not self.first_painted.is_set():
+            self.call_after_refresh(self.first_painted.set)
         if self._keys_after_first:
             self._keys_after_first = False
             if not view.keys_read:

@@ -16,7 +16,10 @@ window committed with its position) and says "changed" at most every PROGRESS_EV
 at the end, then exits. The first view is what is stored, sent before the file is read; for a
 run never synced, as soon as the first window has landed.
 The app's follower starts tailing when the helper is gone, from where it stopped. So the
-decoding (and pyarrow, ~35 MiB) stays in a process that ends, on the other core.
+decoding (and pyarrow, ~35 MiB) stays in a process that ends, on the other core. The helper keeps
+one DuckDB instance open from the plan to the first view, and to the end of a catch-up of up to
+HOLD_BYTES (each open builds one: ~35 ms; a 5 MB run read in four windows opened it eleven times);
+meanwhile the app's readout does not wait for the store (tui/workers.py `_store_free`).
 
 Where there is no `fork` (or the helper fails) planning and the first read run here in a thread
 and the follower catches up as before. The helper never touches the terminal; quitting the app
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
 
 Plan = tuple[str | None, list[str]]
 PROGRESS_EVERY_S = 2.0   # after the first view, how often the helper says more has landed (as tui/live.py)
+HOLD_BYTES = 32 << 20    # a catch-up of files up to this size (~3 s of decoding) keeps the store open throughout
 
 
 def params_for(layout: settings.Layout, ref: str | None) -> ViewParams:
@@ -66,8 +70,8 @@ def terminal_width() -> int:
 
 def _plan_and_read(store: Store, target: str | None, width: int, send, *, catch_up: bool) -> None:
     """Plan TARGET, `send` the plan (or the error), catch a local run up (when `catch_up`), `send` the view."""
-    # one DuckDB instance from the plan to the first view (each open of the file costs ~35 ms);
-    # let go after it: the app and the rest of the catch-up open the store in turn
+    # one DuckDB instance from the plan to the first view (each open of the file builds one: ~35 ms)
+    # and, for a small catch-up, to the last; else let go after the first view (the app may read)
     with ExitStack() as held:
         held.enter_context(store.held())
         _plan_and_read_held(store, target, width, send, catch_up=catch_up, release=held.close)
@@ -100,6 +104,8 @@ def _plan_and_read_held(store: Store, target: str | None, width: int, send, *, c
         viewed = True
 
     local = local_targets(plan[1]) if catch_up else []
+    if local and _file_bytes(local) <= HOLD_BYTES:
+        release = _nothing      # read it all in one instance: the app waits at most a few seconds to open the store
     if plan[0] is not None or not local:
         view()     # what is stored, at once; the file is caught up after
     if local:
@@ -112,6 +118,19 @@ def _plan_and_read_held(store: Store, target: str | None, width: int, send, *, c
             send(("changed", changed))
     elif not viewed:
         view()
+
+
+def _nothing() -> None:
+    pass
+
+
+def _file_bytes(paths: list[str]) -> int:
+    from marinctl.sync.targets import local_bytes
+
+    try:
+        return local_bytes(paths)
+    except OSError:
+        return HOLD_BYTES + 1
 
 
 def _catch_up(store: Store, paths: list[str], send, *, first) -> list[dict]:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 FOLLOW_S = 0.5          # seconds between stats of a followed file
 CHECK_S = 2.0           # seconds between data-version checks when nothing else tells us
+FIRST_PAINT_WAIT_S = 5.0   # the most the follower waits for the first view to be painted
 PROGRESS_EVERY_S = 2.0  # during a long first read: after the first window (drawn at once), how often
                         # to show what has landed (more often would slow the read with redraws)
 
@@ -109,6 +110,9 @@ class Live:
             while not stop.is_set() and not early.wait_done(FOLLOW_S):
                 pass    # the first-read helper is catching the run up under the sync lock: tail from where it stops
             early.retire()
+            # the follower's first pass imports the sync pipeline (~0.15 s of CPU): on the GIL that
+            # is time the first paint would wait for, and the helper has just caught the file up
+            self.first_painted.wait(FIRST_PAINT_WAIT_S)
         while not stop.is_set() and not path.exists():
             self.post_message(msg.FollowStatus(f"waiting for {path.name}"))
             wake.wait(FOLLOW_S)

@@ -90,12 +90,18 @@ class Workers:
             self.post_message(msg.ViewLoaded(None, {}, generation, error=f"could not read the store: {exc}"))
             return
         _keep_unchanged(view, job["old"])
-        values = _exact_values(self.store, view, job["state"], job["values"])
+        values = _exact_values(self.store, view, job["state"], job["values"], wait=self._store_free())
         frames = _frames(view, job, values)
         self.post_message(msg.ViewLoaded(view, frames, generation, view.version, values=values))
 
+    def _store_free(self: WatchApp) -> bool:
+        """False while the first-read helper may hold the store (catching a file up): the readout then
+        does not wait for it, and a value the envelopes cannot tell shows '…' until its last view."""
+        early = self._first_read_early
+        return early is None or early.wait_done(0)
+
     def _paint_worker(self: WatchApp, view: View, job: dict[str, Any]) -> None:
-        values = _exact_values(self.store, view, job["state"], job["values"])
+        values = _exact_values(self.store, view, job["state"], job["values"], wait=self._store_free())
         if get_current_worker().is_cancelled:
             return
         self.post_message(msg.FramesReady(_frames(view, job, values), values=values, view=view))
@@ -169,8 +175,9 @@ def _keep_unchanged(view: View, old: dict[str, PanelData]) -> None:
                 panels[i] = prev
 
 
-def _exact_values(store, view: View, state: ChartState, known: dict[str, Logged]) -> dict[str, Logged]:
-    """What the cursor reads on each chart: from the envelopes when they can tell, else from the store."""
+def _exact_values(store, view: View, state: ChartState, known: dict[str, Logged], *, wait: bool = True) -> dict[str, Logged]:
+    """What the cursor reads on each chart: from the envelopes when they can tell, else from the store
+    (not waiting for another process's hold on it unless `wait`)."""
     from marinctl.store.series import values_at_or_before
 
     if view.error or view.axis is None:
@@ -183,7 +190,7 @@ def _exact_values(store, view: View, state: ChartState, known: dict[str, Logged]
     try:
         from marinctl.store.lineage import resolve_target
 
-        with store.connect() as con:
+        with store.connect(lock_timeout=None if wait else 0.0) as con:
             target = resolve_target(con, view.params.ref, stitched=True)
             got = values_at_or_before(con, target.segments, missing, step, since=view.lo)
     except Exception:  # noqa: BLE001 — the readout then says '…' for those keys
