@@ -202,3 +202,18 @@ def test_held_keeps_one_instance_for_a_burst_then_lets_other_processes_in(tmp_pa
     with reader.held():
         with reader.connect() as con:
             assert con.execute("SELECT count(*) FROM runs").fetchall() == [(1,)]
+
+
+def test_a_writer_checks_and_migrates_on_its_own_connection(tmp_path):
+    """A process's first write opens the file once (each open builds a DuckDB instance, ~35 ms):
+    the schema is checked, and a new or older file migrated, on the writer's connection."""
+    path = tmp_path / "once.duckdb"
+    for _ in range(2):                       # a new file, then the same file in a fresh process's Store
+        store, opens = Store(path), []
+        real = store._open
+        store._open = lambda read_only, lock_timeout=None: opens.append(read_only) or real(read_only, lock_timeout)
+        with store.transaction() as con:
+            upsert_run(con, _run(f"r{len(opens)}-{path.exists()}"))
+        with store.connect() as con:
+            assert con.execute("SELECT max(version) FROM schema_migrations").fetchall() == [(schema.latest_version(),)]
+        assert opens == [False, True]
