@@ -64,19 +64,11 @@ async def test_first_frames_are_built_in_the_worker_at_the_size_the_grid_gives(w
     """The worker guesses each chart's size before the charts exist (Textual's grid gives the
     later columns the spare cells); a wrong guess made the UI thread build every chart again
     before the first chart could be shown (~30 ms each)."""
-    import marinctl.tui.charts as charts
     from marinctl.tui import settings
+    from tests.watch_pilot import frames_built_on_ui
 
     settings.save(watch_store.path, settings.Layout(cols=cols))
-    built_on_ui = []
-    real = charts.build_frame
-
-    def spy(fig, panel, axis, spec, size_):
-        if threading.current_thread() is threading.main_thread():
-            built_on_ui.append((panel.key, size_))
-        return real(fig, panel, axis, spec, size_)
-
-    monkeypatch.setattr(charts, "build_frame", spy)
+    built_on_ui = frames_built_on_ui(monkeypatch)
     app = WatchApp(None, 30, store=watch_store, autosync=False)
     async with app.run_test(size=size) as pilot:
         await loaded(pilot, app)

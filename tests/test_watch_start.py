@@ -197,25 +197,15 @@ async def test_a_key_charted_twice_gets_a_frame_for_each_size(run_dir, tmp_path,
     two charts, two widths. Frames were handed out by key, so one of them was built again on the
     UI thread at every paint (~0.1 s before the first chart of this run showed, and at each
     cursor move after)."""
-    import threading
-
-    import marinctl.tui.charts as charts
     from marinctl.store import Store
     from marinctl.sync.local import sync_path
     from marinctl.tui.app import WatchApp
+    from tests.watch_pilot import frames_built_on_ui
 
     wandb_dir, _ = run_dir
     store = Store(tmp_path / "home" / "marinctl.duckdb")
     sync_path(store, wandb_dir)
-    built_on_ui = []
-    real = charts.build_frame
-
-    def spy(fig, panel, axis, spec, size):
-        if threading.current_thread() is threading.main_thread():
-            built_on_ui.append((panel.key, size))
-        return real(fig, panel, axis, spec, size)
-
-    monkeypatch.setattr(charts, "build_frame", spy)
+    built_on_ui = frames_built_on_ui(monkeypatch)
     app = WatchApp("start-synthetic", 30, store=store, autosync=False)
     async with app.run_test(size=(160, 50)) as pilot:
         deadline = time.monotonic() + 30

@@ -86,3 +86,21 @@ def header(text: str) -> str:
         if "smoothing:" in line:
             break
     return "\n".join(out)
+
+
+def frames_built_on_ui(monkeypatch) -> list[tuple[str, tuple[int, int]]]:
+    """(key, size) of every chart frame built on the UI thread from now on (frames belong to the
+    workers: one built while painting stalls every key press)."""
+    import threading
+
+    import marinctl.tui.charts as charts
+
+    built, real = [], charts.build_frame
+
+    def spy(fig, panel, axis, spec, size):
+        if threading.current_thread() is threading.main_thread():
+            built.append((panel.key, size))
+        return real(fig, panel, axis, spec, size)
+
+    monkeypatch.setattr(charts, "build_frame", spy)
+    return built
