@@ -174,8 +174,8 @@ class Store:
         open builds it (~35 ms: the catalog, the thread pool) and the last close checkpoints and
         tears it down (~10 ms). While this holds one, every `connect`/`transaction` inside costs
         ~0.2 ms. Other processes cannot open the file meanwhile (they wait, up to lock_timeout),
-        so hold it for bursts (the first view of a watch), not for a long sync. A store this
-        process may only read is simply not held.
+        so hold it for bursts of a few seconds at most (a watch's first view, the catch-up of a
+        small run), never for a long sync. A store this process may only read is simply not held.
         """
         with ExitStack() as stack:
             try:

@@ -48,8 +48,8 @@ def frame(con: Connection, segments: Sequence[Segment], keys: Sequence[str], lo:
 
     out = [as_frame(scan.part_rows(p, names, ids)) for p in scan.pieces(con, segments, lo, hi)]
     tail = engine.relation(con, f"SELECT run_pk::INTEGER AS run_pk, key_id::INTEGER AS key_id, step, value FROM metrics"
-                   f" WHERE key_id IN ({','.join(str(int(i)) for i in ids.values())})"
-                   f" AND {scan.long_where(segments, lo, hi)}").to_arrow_table()
+                                f" WHERE key_id IN ({','.join(str(int(i)) for i in ids.values())})"
+                                f" AND {scan.long_where(segments, lo, hi)}").to_arrow_table()
     out.append(as_frame(tail))
     return pa.concat_tables([t for t in out if t.num_rows] or [_empty().empty_table()])
 

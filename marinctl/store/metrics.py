@@ -88,7 +88,7 @@ def merge_range(con: duckdb.DuckDBPyConnection, run_pk: int, batch: pa.Table, lo
     if existing_last_step is not None and lo <= existing_last_step:
         engine.register(con, "_new", batch)
         try:
-            old = engine.relation(con, 
+            old = engine.relation(con,
                 "SELECT m.step, k.key, m.value FROM metrics m JOIN metric_keys k USING (key_id)"
                 " WHERE m.run_pk = $1 AND m.step >= $2 AND m.step < $3"
                 " AND NOT EXISTS (SELECT 1 FROM _new n WHERE n.step = m.step AND n.key = k.key)",

@@ -92,20 +92,21 @@ def _plan_and_read_held(store: Store, target: str | None, width: int, send, *, c
         return
     send(("plan", plan))
     params = replace(params_for(settings.load(store.path), plan[0]), buckets=bucket_guess(width))
+    local = local_targets(plan[1]) if catch_up else []
+    # a small catch-up is read in the same instance: the app waits at most a few seconds to open the store
+    keep = bool(local) and _file_bytes(local) <= HOLD_BYTES
     viewed = False
 
     def view() -> None:
         nonlocal viewed
         shown = build_view(store, params, read_keys=True)    # the key list with it: no second read in the app
-        release()
+        if not keep:
+            release()
         send(("view", shown.params, shown))
         if not viewed and hasattr(os, "nice"):
             os.nice(5)    # the rest of the catch-up yields to the screen starting on the other core
         viewed = True
 
-    local = local_targets(plan[1]) if catch_up else []
-    if local and _file_bytes(local) <= HOLD_BYTES:
-        release = _nothing      # read it all in one instance: the app waits at most a few seconds to open the store
     if plan[0] is not None or not local:
         view()     # what is stored, at once; the file is caught up after
     if local:
@@ -118,10 +119,6 @@ def _plan_and_read_held(store: Store, target: str | None, width: int, send, *, c
             send(("changed", changed))
     elif not viewed:
         view()
-
-
-def _nothing() -> None:
-    pass
 
 
 def _file_bytes(paths: list[str]) -> int:
