@@ -228,7 +228,7 @@ def run_training(args, cfg, device: str, report: dict[str, Any] | None) -> dict[
                 say(f"note: step {peak.revised_at} ran faster than the measured matmul peak; the peak was raised to it")
                 machine.record_peak(repro_home.subdir(home, "repro") / "peak.json", machine.peak_key(device, dtype), peak.flops)
             finish_run(run, {**extra, **summary}, exit_code)
-        dist.finish()
+        dist.finish(clean=exit_code == EXIT_FINISHED)
     if interrupted:
         raise KeyboardInterrupt
     return {"run": run_id, "run_dir": str(run_dir) if run_dir else None, "device": device, "compute_dtype": dtype,
