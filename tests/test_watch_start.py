@@ -20,6 +20,7 @@ import struct
 import subprocess
 import sys
 import termios
+import textwrap
 import time
 from pathlib import Path
 
@@ -167,28 +168,90 @@ def test_watch_killed_while_the_helper_reads_loses_nothing(run_dir, tmp_path, af
     assert_same_values(_stored_values(home), logged_values(logged["rows"]))
 
 
+def _first_read_in_a_fresh_process(wandb_dir: Path, home: Path, body: str, timeout: float = 90):
+    """`body` run in a new interpreter (one thread, as the CLI is when it forks) with `early`, a
+    FirstRead of `wandb_dir`, already started after `before` ran. The helper is never forked from
+    this test runner: it has threads, and a fork copies their locks held (CI hung on that)."""
+    script = textwrap.dedent('''
+        import os, sys, time
+        from marinctl.store import Store
+        from marinctl.tui import first_read
+        wandb_dir, home = sys.argv[1], sys.argv[2]
+    ''') + textwrap.dedent(body)
+    return subprocess.run([sys.executable, "-c", script, str(wandb_dir), str(home)], capture_output=True, text=True,
+                          cwd=ROOT, env=_env(home), timeout=timeout, stdin=subprocess.DEVNULL)
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the helper process needs fork")
-def test_the_helper_never_writes_to_the_terminal(run_dir, tmp_path, monkeypatch, capfd):
+def test_the_helper_never_writes_to_the_terminal(run_dir, tmp_path):
     """Whatever the helper would print (a library's warning) goes nowhere: the terminal is the app's."""
+    wandb_dir, _ = run_dir
+    done = _first_read_in_a_fresh_process(wandb_dir, tmp_path / "home", '''
+        real = first_read._plan_and_read
+        def noisy(*args, **kwargs):
+            print("helper stdout", flush=True)
+            print("helper stderr", file=sys.stderr, flush=True)
+            os.write(2, b"helper fd 2\\n")
+            return real(*args, **kwargs)
+        first_read._plan_and_read = noisy
+        early = first_read.FirstRead(Store(os.path.join(home, "marinctl.duckdb")), wandb_dir)
+        assert early._pid is not None, "no helper forked"
+        assert early.plan()[1] == [wandb_dir]
+        assert early.wait_done(60)
+        print("planned by the helper")
+    ''')
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "planned by the helper\n" and done.stderr == "", (done.stdout, done.stderr)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the helper process needs fork")
+def test_a_helper_that_never_answers_does_not_hold_the_watch(run_dir, tmp_path):
+    """A helper stuck before its plan (as one forked with a lock held would be) is killed after
+    HELPER_WAIT_S and the plan and first view are made here; before, `plan()` waited for ever."""
+    wandb_dir, _ = run_dir
+    done = _first_read_in_a_fresh_process(wandb_dir, tmp_path / "home", '''
+        first_read._plan_and_read = lambda *a, **k: time.sleep(600)     # only the helper calls it
+        first_read.HELPER_WAIT_S = 1.0
+        early = first_read.FirstRead(Store(os.path.join(home, "marinctl.duckdb")), wandb_dir)
+        pid, t0 = early._pid, time.monotonic()
+        assert pid is not None, "no helper forked"
+        plan = early.plan()
+        assert plan[1] == [wandb_dir], plan
+        assert early.wait_done(1), "the stuck helper was not reaped"
+        try:
+            os.kill(pid, 0)
+            raise AssertionError("the stuck helper still runs")
+        except ProcessLookupError:
+            pass
+        print(f"planned here after {time.monotonic() - t0:.1f} s")
+    ''', timeout=60)
+    assert done.returncode == 0, done.stderr
+    seconds = float(done.stdout.split()[-2])
+    assert 1.0 <= seconds < 15, done.stdout
+
+
+def test_a_process_with_threads_reads_the_first_view_itself(run_dir, tmp_path, monkeypatch):
+    """FirstRead forks only a single-threaded process; in one with threads (this test runner, a
+    library caller) it plans and reads in a thread instead, and never forks."""
+    import threading
+
     from marinctl.store import Store
     from marinctl.tui import first_read
 
     wandb_dir, _ = run_dir
-    real = first_read._plan_and_read
-
-    def noisy(*args, **kwargs):
-        print("helper stdout", flush=True)
-        print("helper stderr", file=sys.stderr, flush=True)
-        os.write(2, b"helper fd 2\n")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(first_read, "_plan_and_read", noisy)
+    forks = []
+    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or (_ for _ in ()).throw(AssertionError("forked")))
     monkeypatch.setenv("MARINCTL_HOME", str(tmp_path / "home"))
-    early = first_read.FirstRead(Store(tmp_path / "home" / "marinctl.duckdb"), str(wandb_dir))
-    assert early.plan()[1] == [str(wandb_dir)]
-    assert early.wait_done(60)
-    out, err = capfd.readouterr()
-    assert "helper" not in out + err, out + err
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+    try:
+        early = first_read.FirstRead(Store(tmp_path / "home" / "marinctl.duckdb"), str(wandb_dir))
+        assert early.plan()[1] == [str(wandb_dir)]
+        assert early.wait_done(60)
+    finally:
+        stop.set()
+    assert forks == [] and early._pid is None
 
 
 @pytest.mark.asyncio

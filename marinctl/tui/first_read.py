@@ -21,8 +21,10 @@ one DuckDB instance open from the plan to the first view, and to the end of a ca
 HOLD_BYTES (each open builds one: ~35 ms; a 5 MB run read in four windows opened it eleven times);
 meanwhile the app's readout does not wait for the store (tui/workers.py `_store_free`).
 
-Where there is no `fork` (or the helper fails) planning and the first read run here in a thread
-and the follower catches up as before. The helper never touches the terminal; quitting the app
+Where there is no `fork`, or this process already runs other threads (a forked copy of a lock
+another thread holds stays locked forever: DuckDB's, the allocator's, the import lock), or the
+helper fails or does not answer within HELPER_WAIT_S, planning and the first read run here and
+the follower catches up as before. The helper never touches the terminal; quitting the app
 stops it (a SIGTERM: every committed window stays, the follower resumes from it next time).
 """
 
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
 Plan = tuple[str | None, list[str]]
 PROGRESS_EVERY_S = 2.0   # after the first view, how often the helper says more has landed (as tui/live.py)
 HOLD_BYTES = 32 << 20    # a catch-up of files up to this size (~3 s of decoding) keeps the store open throughout
+HELPER_WAIT_S = 60.0     # a plan or first view later than this (the store's lock timeout is 15 s): do it here
 
 
 def params_for(layout: settings.Layout, ref: str | None) -> ViewParams:
@@ -178,7 +181,7 @@ class FirstRead:
         self._done = threading.Event()             # the helper has exited (the follower may take the lock)
         self._listener = None
         self._pending: list[tuple] = []            # ("changed", runs) / ("progress", text) / ("warn", text)
-        self._pid = self._fork(terminal_width()) if hasattr(os, "fork") else None
+        self._pid = self._fork(terminal_width()) if _may_fork() else None
         if self._pid is None:
             threading.Thread(target=self._here, name="marinctl-first-read", daemon=True).start()
 
@@ -274,21 +277,24 @@ class FirstRead:
         return self._done.wait(timeout)
 
     def stop(self) -> None:
-        """Stop the helper if it still runs (the app is quitting)."""
+        """Stop the helper if it still runs (the app is quitting, or the helper is not answering)."""
         if self._pid is not None and not self._done.is_set():
-            try:
-                os.kill(self._pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            self._done.wait(5)
+            for sig in (signal.SIGTERM, signal.SIGKILL):      # SIGKILL: one stuck where SIGTERM is not heard
+                try:
+                    os.kill(self._pid, sig)
+                except ProcessLookupError:
+                    pass
+                if self._done.wait(5):
+                    break
 
     def plan(self) -> Plan:
         """TARGET's plan (waits for it); a bad TARGET raises its UserError (exit 2)."""
         from marinctl import errors
 
-        self._planned.wait()
+        if not self._planned.wait(HELPER_WAIT_S):
+            self.stop()                            # stuck: whatever it holds goes with it
         answer = self._answer
-        if answer is None:                         # the helper died before planning: plan here
+        if answer is None:                         # the helper died or hung before planning: plan here
             from marinctl.sync import plan_watch
 
             return plan_watch(self._store, self._target)
@@ -302,7 +308,8 @@ class FirstRead:
         out before; else None (the caller reads afresh). The first call waits for a view."""
         if not self._asked:
             self._asked = True
-            self._viewed.wait()
+            if not self._viewed.wait(HELPER_WAIT_S):
+                self.stop()
         with self._lock:
             if self._retired or not self._fresh or not _answers(params, self._params):
                 return None
@@ -313,6 +320,18 @@ class FirstRead:
         """Hand out no more views: someone else (the app's follower) writes the store from now on."""
         with self._lock:
             self._retired = True
+
+
+def _may_fork() -> bool:
+    """Fork only a process with no other thread: in the child, a lock another thread held at the
+    fork stays held for good (the CLI forks before it starts any; a test runner or a library
+    caller may have many)."""
+    if not hasattr(os, "fork"):
+        return False
+    try:
+        return len(os.listdir("/proc/self/task")) == 1     # native threads too (DuckDB's, BLAS's)
+    except OSError:
+        return threading.active_count() == 1
 
 
 def _answers(asked: ViewParams, read: ViewParams | None) -> bool:
