@@ -168,12 +168,14 @@ async def test_m_shows_stats_of_a_run_still_being_written(store, tmp_path):
     """watch following a `.wandb` dir (its live local follow) draws the samples while the run writes."""
     out = tmp_path / "live"
     out.mkdir()
-    proc = subprocess.Popen([sys.executable, "-c", LIVE_WRITER, str(out)], env=sdk_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err_file = tmp_path / "writer.err"      # a file: a pipe stays open in wandb-core after the writer ends
+    with err_file.open("wb") as err:
+        proc = subprocess.Popen([sys.executable, "-c", LIVE_WRITER, str(out)], env=sdk_env(),
+                                stdout=subprocess.DEVNULL, stderr=err)
     try:
         deadline = time.monotonic() + 90
         while not list(out.glob("wandb/*/*.wandb")) and time.monotonic() < deadline:
-            assert proc.poll() is None, proc.stderr.read().decode()
+            assert proc.poll() is None, err_file.read_text()
             time.sleep(0.1)
         app = open_watch(store.path, str(out / "wandb"), autosync=True)
         async with run_test(app) as pilot:
@@ -183,7 +185,11 @@ async def test_m_shows_stats_of_a_run_still_being_written(store, tmp_path):
             assert proc.poll() is None and "finished" not in text   # still being written
     finally:
         (out / "stop").touch()
-        proc.wait(timeout=60)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
 
 
 # --- W&B's events stream ------------------------------------------------------------------------------

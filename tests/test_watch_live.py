@@ -55,12 +55,15 @@ async def test_a_step_written_live_is_on_screen_within_two_seconds(store, tmp_pa
     out = tmp_path / "live"
     out.mkdir()
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(out)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # stderr to a file, not a pipe: wandb-core, the writer's child, keeps a pipe open after the
+    # writer is gone, and reading it to its end would then never return
+    err_file = tmp_path / "writer.err"
+    with err_file.open("wb") as err:
+        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(out)], env=env, stdout=subprocess.DEVNULL, stderr=err)
     try:
         deadline = time.monotonic() + 90
         while (run_file(out) is None or run_file(out).stat().st_size < 2000) and time.monotonic() < deadline:
-            assert proc.poll() is None, proc.stderr.read().decode()
+            assert proc.poll() is None, err_file.read_text()
             time.sleep(0.1)
         path = run_file(out)
         assert path is not None, "the SDK wrote no .wandb file"
@@ -78,8 +81,7 @@ async def test_a_step_written_live_is_on_screen_within_two_seconds(store, tmp_pa
             lag = time.monotonic() - written
             assert lag <= 2.0, f"step {LATE_STEP} took {lag:.2f} s to reach the screen"
             (out / "stop").touch()
-            _, err = proc.communicate(timeout=60)
-            assert proc.returncode == 0, err.decode()
+            assert proc.wait(timeout=60) == 0, err_file.read_text()
             await pilot.press("r")                           # `r`: read the file now (the run finished)
             await wait_for_text(pilot, "reading the run's file now")
             await wait_for_text(pilot, "finished", timeout=10)
@@ -108,7 +110,7 @@ async def test_demo_first_frame_says_what_is_starting_until_steps_arrive(store, 
             text = await wait_for_text(pilot, "starting the rung1 proxy…", "as soon as the first steps are written")
             assert "holds no runs" not in text and "marinctl demo" not in text
             proc = subprocess.Popen([sys.executable, "-c", WRITER, str(out)], env=env,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             text = await wait_for_text(pilot, "▏step 29", timeout=90)
             assert "starting the rung1 proxy" not in text
     finally:
@@ -120,3 +122,20 @@ async def test_demo_first_frame_says_what_is_starting_until_steps_arrive(store, 
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
+
+
+async def test_a_plan_that_lands_as_the_app_closes_starts_no_follower(store, tmp_path):
+    """The follower is told to stop when the app unmounts; one started after that (its plan landing
+    late) would tail the file for ever, and the process would wait for its thread at exit."""
+    from marinctl.tui import messages as msg
+
+    local = tmp_path / "wandb"
+    local.mkdir()
+    app = open_watch(store.path, str(local), autosync=True)
+    async with run_test(app) as pilot:
+        await wait_for_text(pilot, "following")
+        app.stop_live()                              # what unmounting does
+        app.post_message(msg.Planned(None, [], local_paths=[str(local)]))
+        await pilot.pause(1.0)
+        following = [w.name for w in app.workers if w.group == "follow" and w.is_running]
+        assert following == [], following

@@ -33,6 +33,8 @@ class Live:
     """Mixed into WatchApp: the follower, the poller and the data-version check."""
 
     def start_live(self: WatchApp, local: list[str], remote: list[str]) -> None:
+        if getattr(self, "_live_stopped", False):
+            return      # a plan that lands as the app closes: a follower started now would never be told to stop
         header = self._header
         if local and self.autosync:
             header.mode = "follow"
@@ -49,6 +51,7 @@ class Live:
         header.redraw()
 
     def stop_live(self: WatchApp) -> None:
+        self._live_stopped = True
         stop = getattr(self, "_follow_stop", None)
         if stop is not None:
             stop.set()
