@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import sys
@@ -17,6 +18,26 @@ if str(ROOT) not in sys.path:
 # every process it starts: the Ctrl-C tests (sync --follow, repro) need children that hear SIGINT as
 # a terminal sends it. A handled signal is reset to the default in a child at exec; an ignored one is not.
 signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# A test deadlocked in C code with the GIL taken (DuckDB, gloo) hears no signal, so pytest-timeout
+# cannot fail it: faulthandler's own C thread then prints every thread's stack to the real stderr
+# and ends the run, DEADLOCK_S after the test started (CI once waited silently to its limit).
+DEADLOCK_S = 900
+_stderr_fd: int | None = None
+
+
+def pytest_configure(config):
+    global _stderr_fd
+    _stderr_fd = os.dup(2)    # fd 2 itself is captured while a test runs
+
+
+@pytest.fixture(autouse=True)
+def _deadlock_guard():
+    if _stderr_fd is not None:
+        faulthandler.dump_traceback_later(DEADLOCK_S, exit=True, file=_stderr_fd)
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(autouse=True)
