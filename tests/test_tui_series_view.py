@@ -202,3 +202,21 @@ def test_ladder_band_appears_over_the_hero_when_the_ladder_module_provides_one(w
     monkeypatch.setitem(sys.modules, "marinctl.analysis.ladder", None)       # absent: no band, no error
     view = watch_view.build_view(watch_store, watch_view.ViewParams(ref="hero", overlays=True, xmode="fraction"))
     assert all(p.band is None for p in view.panels)
+
+
+def test_plot_of_values_equal_but_for_rounding_has_short_y_labels(store, cli):
+    """A SYNTHETIC series logged as 3.9417606500654356 and 3.941760650065436 (a memory percentage
+    read twice): plotext labelled that range with 19 digits, squeezing the chart (and in watch's
+    system pane cutting its title). Drawn as a constant is: short labels around the value."""
+    with store.transaction() as con:
+        con.execute("INSERT INTO runs (uid, source, run_id, state) VALUES ('local:synthetic-flat', 'local', 'synthetic-flat', 'finished')")
+        con.execute("INSERT INTO metric_keys (key) VALUES ('synthetic/flat')")
+        con.execute("INSERT INTO metrics SELECT 1, 1, s, CASE WHEN s % 3 = 0 THEN 3.9417606500654356 ELSE 3.941760650065436 END"
+                    " FROM range(40) t(s) ORDER BY s")
+        con.execute("UPDATE runs SET last_step = 39 WHERE run_pk = 1")
+    code, out, err = cli("--db", str(store.path), "plot", "synthetic/flat", "--run", "synthetic-flat", "--width", "60",
+                         "--height", "12")
+    assert code == 0, err
+    labels = [line.split("┤")[0].strip() for line in out.splitlines() if "┤" in line]
+    assert labels and all(len(label) <= 6 for label in labels), out
+    assert any(label.startswith("3.9") for label in labels), out

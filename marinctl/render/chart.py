@@ -89,6 +89,8 @@ def paint(fig, panel: PanelData, *, width: int, height: int, logy: bool = False,
             fig.vline(float(ax.x([m.step])[0]), **kw(EVENT_COLOR))
     if cursor_step is not None and x:
         fig.vline(float(ax.x([cursor_step])[0]), **kw(CURSOR_COLOR))
+    if ylim is None:
+        ylim = _flat_ylim([panel.vmin[ok], panel.vmax[ok]] + [o.y[np.isfinite(o.y)] for o in panel.overlays])
     if ylim is not None and x:
         over = ok & (panel.vmax > ylim[1])
         if over.any():
@@ -105,6 +107,21 @@ def paint(fig, panel: PanelData, *, width: int, height: int, logy: bool = False,
             fig.xticks(ticks, [numbers.tick(t, ax.mode) for t in ticks])
     if xlabel:
         fig.xlabel(panel.axis_label)
+
+
+def _flat_ylim(parts: list[np.ndarray]) -> tuple[float, float] | None:
+    """A y range for values equal but for float rounding (a memory percentage logged as
+    3.9417606500654356 and 3.941760650065436): plotext would label such a range with 19 digits
+    and squeeze the chart; drawn instead as it draws a constant, ±50% around the value."""
+    ys = np.concatenate([p for p in parts if len(p)]) if any(len(p) for p in parts) else np.empty(0)
+    if not len(ys):
+        return None
+    lo, hi = float(ys.min()), float(ys.max())
+    if not (0 < hi - lo <= 1e-9 * max(abs(lo), abs(hi))):
+        return None
+    mid = (lo + hi) / 2
+    pad = abs(mid) * 0.5 or 1.0
+    return mid - pad, mid + pad
 
 
 def overlay_color(slot: int) -> tuple[int, int, int]:
