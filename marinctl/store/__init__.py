@@ -16,10 +16,9 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from marinctl.store.engine import duckdb
-
 from marinctl.errors import RuntimeFailure
 from marinctl.store import schema
+from marinctl.store.engine import duckdb
 
 __all__ = ["Connection", "Store", "open_store", "first"]
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from marinctl.store.engine import duckdb
 import numpy as np
 
 from marinctl.store import metrics as M
 from marinctl.store import scan
+from marinctl.store.engine import duckdb
 from marinctl.store.metrics import Segment
 
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from marinctl.store.engine import duckdb
-
 from marinctl.errors import RuntimeFailure, UserError
 from marinctl.store import Store, scan
+from marinctl.store.engine import duckdb
 
 
 def history_view(con: duckdb.DuckDBPyConnection) -> str:

@@ -20,11 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from marinctl.store.engine import duckdb
 import numpy as np
 
 from marinctl.store import engine
 from marinctl.store import first
+from marinctl.store.engine import duckdb
 
 if TYPE_CHECKING:
     import pyarrow as pa

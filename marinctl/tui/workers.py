@@ -57,8 +57,7 @@ class Workers:
         sizes = {slot: (c.size.width, c.size.height) for slot, c in page.charts.items() if c.size.width > 0}
         return {"state": self.chart_state, "theme": register_theme(self), "page": (page.size.width, page.size.height),
                 "system": system.chart_size() if system.display else None, "old": old,
-                "values": dict(self.readout_values), "figures": self.figures,
-                "layout": page._layout, "sizes": sizes}
+                "figures": self.figures, "layout": page._layout, "sizes": sizes}
 
     def sync_now(self: WatchApp) -> None:
         if self._syncing or not self.sync_targets:
@@ -90,7 +89,7 @@ class Workers:
             self.post_message(msg.ViewLoaded(None, {}, generation, error=f"could not read the store: {exc}"))
             return
         _keep_unchanged(view, job["old"])
-        values = _exact_values(self.store, view, job["state"], job["values"], wait=self._store_free())
+        values = _exact_values(self.store, view, job["state"], wait=self._store_free())
         frames = _frames(view, job, values)
         self.post_message(msg.ViewLoaded(view, frames, generation, view.version, values=values))
 
@@ -101,7 +100,7 @@ class Workers:
         return early is None or early.wait_done(0)
 
     def _paint_worker(self: WatchApp, view: View, job: dict[str, Any]) -> None:
-        values = _exact_values(self.store, view, job["state"], job["values"], wait=self._store_free())
+        values = _exact_values(self.store, view, job["state"], wait=self._store_free())
         if get_current_worker().is_cancelled:
             return
         self.post_message(msg.FramesReady(_frames(view, job, values), values=values, view=view))
@@ -175,7 +174,7 @@ def _keep_unchanged(view: View, old: dict[str, PanelData]) -> None:
                 panels[i] = prev
 
 
-def _exact_values(store, view: View, state: ChartState, known: dict[str, Logged], *, wait: bool = True) -> dict[str, Logged]:
+def _exact_values(store, view: View, state: ChartState, *, wait: bool = True) -> dict[str, Logged]:
     """What the cursor reads on each chart: from the envelopes when they can tell, else from the store
     (not waiting for another process's hold on it unless `wait`)."""
     from marinctl.store.series import values_at_or_before
