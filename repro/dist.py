@@ -46,7 +46,7 @@ def init(ranks: Ranks, device: str) -> None:
         tdist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
 
 
-def finish(*, clean: bool = True) -> None:
+def finish(*, clean: bool) -> None:
     """Leave the process group. After a clean run every rank first meets at a barrier: a rank that
     tore its group down while another still used it (rank 0 finishing its W&B record) died at exit
     with "terminate called without an active exception" in about one 2-rank run in 20."""

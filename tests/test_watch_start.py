@@ -169,9 +169,9 @@ def test_watch_killed_while_the_helper_reads_loses_nothing(run_dir, tmp_path, af
 
 
 def _first_read_in_a_fresh_process(wandb_dir: Path, home: Path, body: str, timeout: float = 90):
-    """`body` run in a new interpreter (one thread, as the CLI is when it forks) with `early`, a
-    FirstRead of `wandb_dir`, already started after `before` ran. The helper is never forked from
-    this test runner: it has threads, and a fork copies their locks held (CI hung on that)."""
+    """`body` run in a new interpreter (one thread, as the CLI is when it forks), with `Store`,
+    `first_read`, `wandb_dir` and `home` defined. The helper is never forked from this test
+    runner: it has threads, and a fork copies the locks they hold."""
     script = textwrap.dedent('''
         import os, sys, time
         from marinctl.store import Store
@@ -238,9 +238,11 @@ def test_a_process_with_threads_reads_the_first_view_itself(run_dir, tmp_path, m
     from marinctl.store import Store
     from marinctl.tui import first_read
 
+    def no_fork():
+        raise AssertionError("forked a process with threads")
+
     wandb_dir, _ = run_dir
-    forks = []
-    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or (_ for _ in ()).throw(AssertionError("forked")))
+    monkeypatch.setattr(os, "fork", no_fork)
     monkeypatch.setenv("MARINCTL_HOME", str(tmp_path / "home"))
     stop = threading.Event()
     other = threading.Thread(target=stop.wait, daemon=True)
@@ -251,7 +253,7 @@ def test_a_process_with_threads_reads_the_first_view_itself(run_dir, tmp_path, m
         assert early.wait_done(60)
     finally:
         stop.set()
-    assert forks == [] and early._pid is None
+    assert early._pid is None
 
 
 @pytest.mark.asyncio

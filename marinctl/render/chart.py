@@ -113,7 +113,7 @@ def _flat_ylim(parts: list[np.ndarray]) -> tuple[float, float] | None:
     """A y range for values equal but for float rounding (a memory percentage logged as
     3.9417606500654356 and 3.941760650065436): plotext would label such a range with 19 digits
     and squeeze the chart; drawn instead as it draws a constant, ±50% around the value."""
-    ys = np.concatenate([p for p in parts if len(p)]) if any(len(p) for p in parts) else np.empty(0)
+    ys = np.concatenate(parts)
     if not len(ys):
         return None
     lo, hi = float(ys.min()), float(ys.max())
