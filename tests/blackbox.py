@@ -35,7 +35,8 @@ _PRELUDE = textwrap.dedent('''
     logged = {}
 ''')
 _EPILOGUE = textwrap.dedent('''
-    wandb.teardown()
+    from repro.wandb_log import teardown  # bounded: wandb's own can wait for ever
+    teardown()
     with open(os.path.join(out, "logged.json"), "w") as f:
         json.dump(logged, f, allow_nan=True)
 ''')

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 
+from repro.wandb_log import teardown as teardown_wandb  # wandb.teardown() that cannot wait for ever
 from tests.blackbox import cli_json, export_rows, marinctl_run, run_cli, sdk_env, sdk_write, start_wandb
 
 E, P = "synthetic-lab", "forks-synthetic"
@@ -211,7 +212,7 @@ def test_fake_fork_semantics_read_the_same_through_the_real_sdk():
         api = wandb.Api(api_key="x" * 40, overrides={"base_url": server.url})
         rows = list(api.run(f"{E}/{P}/{child.run_id}").scan_history(keys=["train/loss"]))
     finally:
-        wandb.teardown()
+        teardown_wandb()
         server.stop()
     got = {int(r["_step"]): r["train/loss"] for r in rows}
     loss = lambda run: dict(zip(*[a.tolist() for a in run.series["train/loss"]]))  # noqa: E731

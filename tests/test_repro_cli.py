@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from repro.wandb_log import teardown as teardown_wandb  # wandb.teardown() that cannot wait for ever
+
 pytest.importorskip("torch")
 
 from tests.test_repro_train import TINY, ctrl_c_when, records  # noqa: E402
@@ -33,7 +35,7 @@ def stored_run(cli, tmp_path: Path, run_id: str, config: dict) -> None:
     for step in range(3):
         run.log({"train/loss": 6.0 - step}, step=step)
     run.finish()
-    wandb.teardown()
+    teardown_wandb()
     (run_dir,) = (tmp_path / "wandb").glob(f"offline-run-*-{run_id}")
     code, _, err = cli("sync", str(run_dir))
     assert code == 0, err

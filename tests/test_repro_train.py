@@ -8,6 +8,7 @@ model is a tiny proxy read from a SYNTHETIC Levanter-shaped config, so every run
 from __future__ import annotations
 
 import json
+import os
 import signal
 import struct
 import subprocess
@@ -220,6 +221,44 @@ def test_ctrl_c_finishes_the_run_as_killed(tiny_files, tmp_path):
     (run_dir,) = (tmp_path / "out" / "wandb").glob("offline-run-*")
     rows, _, exit_code = records(run_dir)
     assert exit_code == 255 and 1 <= len(rows) < 500  # W&B's own Ctrl-C code: killed, not finished
+
+
+STUCK_SERVICE = """
+import os, signal, sys, time
+from pathlib import Path
+from repro import wandb_log
+run, folder = wandb_log.open_run(Path(sys.argv[1]), "synthetic-stuck-service", {}, group="synthetic", tags=[])
+run.log({"train/loss": 1.0}, step=0)
+run.finish(exit_code=0)
+stuck = wandb_log._service_pids()
+Path(sys.argv[1], "stuck").write_text(" ".join(map(str, stuck)))
+for pid in stuck:
+    os.kill(pid, signal.SIGSTOP)  # a service that never reads its teardown message
+began = time.monotonic()
+killed = wandb_log.teardown(limit_s=1.0)
+print(len(stuck), killed, round(time.monotonic() - began), folder)
+"""
+
+
+def test_a_wandb_service_that_never_stops_does_not_hold_the_run_open(tmp_path):
+    """wandb.teardown() waits on its service with no limit; a service that missed the message (once in a suite
+    here) held the process for ever. Now it is killed after the limit, and the run's record is complete."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")} | {"WANDB_SILENT": "true"}
+    try:
+        done = subprocess.run([sys.executable, "-c", STUCK_SERVICE, str(tmp_path)], capture_output=True, text=True,
+                              timeout=60, cwd=ROOT, env=env)
+    finally:  # a stopped service outlives its parent: never leave one behind
+        for pid in (tmp_path / "stuck").read_text().split() if (tmp_path / "stuck").exists() else ():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert done.returncode == 0, done.stderr[-2000:]
+    found, killed, seconds, folder = done.stdout.split()
+    assert found == "1" and killed == "True" and int(seconds) < 10
+    assert "did not stop within 1 s" in done.stderr and "record was already complete" in done.stderr
+    rows, _, exit_code = records(Path(folder))
+    assert exit_code == 0 and [r["train/loss"] for r in rows] == [1.0]
 
 
 def test_bad_input_is_exit_2_with_a_hint(tiny_files, tmp_path):

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from repro.wandb_log import teardown as teardown_wandb  # wandb.teardown() that cannot wait for ever
 from tests.blackbox import env_with, marinctl_proc, run_cli, sdk_env, sdk_write, start_wandb, wandb_files
 from tests.watch_pilot import open_watch, run_test, wait_for_text
 
@@ -159,7 +160,8 @@ LIVE_WRITER = textwrap.dedent(r'''
     while not os.path.exists(os.path.join(out, "stop")) and time.time() < deadline:
         time.sleep(0.05)
     run.finish()
-    wandb.teardown()
+    from repro.wandb_log import teardown  # bounded: wandb's own can wait for ever
+    teardown()
 ''')
 
 
@@ -209,7 +211,7 @@ def sdk_system_rows(url: str, path: str) -> list[tuple[str, float, float]]:
         api = wandb.Api(api_key="x" * 40, overrides={"base_url": url})
         rows = api.run(path).history(stream="system", pandas=False)
     finally:
-        wandb.teardown()
+        teardown_wandb()
     return sorted((k, float(r["_timestamp"]), float(v)) for r in rows for k, v in r.items() if k.startswith("system."))
 
 

@@ -61,7 +61,8 @@ WRITER = textwrap.dedent(r'''
                 time.sleep(sleep)
         run.finish()
         logged[run.id] = {"kind": kind, "rows": rows}
-    wandb.teardown()
+    from repro.wandb_log import teardown  # bounded: wandb's own can wait for ever
+    teardown()
     with open(out + "/logged.json", "w") as f:
         json.dump(logged, f)
 ''')

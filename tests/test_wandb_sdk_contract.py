@@ -16,6 +16,7 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
+from repro.wandb_log import teardown as teardown_wandb  # wandb.teardown() that cannot wait for ever
 from tests.fakes.synth import hero_lineage, ladder_runs
 from tests.fakes.wandb_server import Faults, Rewind, WandbServer
 
@@ -42,7 +43,7 @@ def wandb_env(tmp_path_factory):
         import wandb
 
         yield wandb
-        wandb.teardown()
+        teardown_wandb()
     leaked = _core_pids() - before
     assert not leaked, f"wandb-core left running: {leaked}"
 

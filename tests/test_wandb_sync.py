@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from repro.wandb_log import teardown as teardown_wandb  # wandb.teardown() that cannot wait for ever
 from marinctl.store import Store
 from marinctl.sync import sync_targets
 from tests.fakes.synth import hero_lineage, ladder_runs, marin_run
@@ -229,7 +230,7 @@ def test_sdk_scan_history_and_marinctl_agree(cli, wandb_env, tmp_path):
         api = wandb.Api(api_key="x" * 40, overrides={"base_url": server.url})
         sdk_rows = list(api.run(f"{PROJECT}/synthetic-contract").scan_history())
     finally:
-        wandb.teardown()
+        teardown_wandb()
     theirs = sorted((int(r["_step"]), k, float(v)) for r in sdk_rows for k, v in r.items()
                     if k != "_step" and isinstance(v, (int, float)) and v is not None)
     assert ours == theirs
