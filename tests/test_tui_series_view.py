@@ -220,3 +220,41 @@ def test_plot_of_values_equal_but_for_rounding_has_short_y_labels(store, cli):
     labels = [line.split("┤")[0].strip() for line in out.splitlines() if "┤" in line]
     assert labels and all(len(label) <= 6 for label in labels), out
     assert any(label.startswith("3.9") for label in labels), out
+
+
+@pytest.mark.parametrize("params, same_charts", [
+    (dict(ref="hero"), True), (dict(ref="rung1"), True), (dict(ref="hero", cols=1, rows=3), True),
+    (dict(ref="hero", system=True), True), (dict(ref="hero", page=1), False)])
+def test_a_view_given_its_key_list_is_the_view_read_with_it(watch_store, params, same_charts):
+    """The first-read helper sends a long run's view before its key list, then the same view knowing
+    the keys without reading the store again (`with_keys`). Where the keys bring other charts (a later
+    page; system keys with the system pane open) it gives up (None) and the view is read with them."""
+    from dataclasses import replace
+
+    base = watch_view.ViewParams(buckets=120, **params)
+    keys = watch_view.key_list(watch_store, base.ref)
+    keyed = watch_view.with_keys(watch_view.build_view(watch_store, base), keys)
+    assert (keyed is not None) == same_charts
+    if keyed is None:
+        return
+    read = watch_view.build_view(watch_store, replace(base, all_keys=tuple(keys)))
+    for field in ("params", "pages", "page", "sections", "matched", "total_keys", "system_keys", "labels",
+                  "page_of_key", "lo", "hi"):
+        assert getattr(keyed, field) == getattr(read, field), field
+    assert [p.key for p in keyed.panels] == [p.key for p in read.panels]
+    assert all(a.same_as(b) for a, b in zip(keyed.panels, read.panels))
+
+
+def test_same_picture_ignores_only_last_bit_differences_in_the_smoothed_line():
+    """Two reads of the same rows: DuckDB sums a bucket in parallel, so the bucket means (the smoothed
+    line) may differ in the last bit; that is the same picture. Any logged value differing is not."""
+    from dataclasses import replace
+
+    steps = np.arange(10.0)
+    line = 2.0 + 1.0 / (1 + steps)
+    panel = chart_data.PanelData("train/loss", steps, steps, line - 0.1, line + 0.1, line, "step",
+                                 step_hi=steps, last=line)
+    assert panel.same_as(replace(panel, line=np.nextafter(line, np.inf)))
+    assert not panel.same_as(replace(panel, line=line * (1 + 1e-9)))
+    assert not panel.same_as(replace(panel, vmax=np.nextafter(line + 0.1, np.inf)))
+    assert not panel.same_as(replace(panel, last=np.nextafter(line, np.inf)))

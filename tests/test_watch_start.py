@@ -230,6 +230,49 @@ def test_a_helper_that_never_answers_does_not_hold_the_watch(run_dir, tmp_path):
     assert 1.0 <= seconds < 15, done.stdout
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the helper process needs fork")
+def test_the_first_view_does_not_wait_for_the_key_list(run_dir, tmp_path):
+    """Listing a run's keys (for paging and the filter) scans every stored row: seconds at hero scale,
+    and the first chart waited for it (4 s in a terminal on a 389k-step store). For a long run the
+    helper now sends the first view, then the key list, which the app's keys worker takes. Listing
+    is slowed here, and the run counted as long."""
+    wandb_dir, _ = run_dir
+    home = tmp_path / "home"
+    synced = subprocess.run([sys.executable, "-m", "marinctl", "sync", str(wandb_dir)], capture_output=True, text=True,
+                            cwd=ROOT, env=_env(home), timeout=120)
+    assert synced.returncode == 0, synced.stderr
+    done = _first_read_in_a_fresh_process(wandb_dir, home, '''
+        from dataclasses import replace
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"       # as the CLI sets it: numpy's import then starts no thread
+        from marinctl.store import series
+        from marinctl.tui import settings
+        real = series.keys_of
+        def slow(con, run_pks):
+            time.sleep(5)
+            return real(con, run_pks)
+        series.keys_of = slow
+        first_read.KEYS_INLINE_STEPS = 0      # as for a long run: its key list follows its view
+        store = Store(os.path.join(home, "marinctl.duckdb"))
+        early = first_read.FirstRead(store, wandb_dir)
+        assert early._pid is not None, "no helper forked"
+        ref, _ = early.plan()
+        t0 = time.monotonic()
+        params = replace(first_read.params_for(settings.load(store.path), ref),
+                         buckets=first_read.bucket_guess(first_read.terminal_width()))
+        view = early.take(params)
+        viewed = time.monotonic() - t0
+        assert view is not None and view.error is None and "train/loss" in [p.key for p in view.panels], view
+        keys = early.take_keys(view.ref)
+        print(f"{viewed:.2f} {time.monotonic() - t0:.2f}", " ".join(keys))
+        assert early.wait_done(60)
+    ''')
+    assert done.returncode == 0, done.stderr
+    viewed, keyed, *keys = done.stdout.split()
+    assert float(viewed) < 3 <= float(keyed), done.stdout     # the view first; the slowed list after it
+    logged = {"train/loss", "grad/norm/total", "optim/learning_rate", *(f"synthetic/k{i}" for i in range(9))}
+    assert logged <= set(keys) and keys == sorted(keys), keys
+
+
 def test_a_process_with_threads_reads_the_first_view_itself(run_dir, tmp_path, monkeypatch):
     """FirstRead forks only a single-threaded process; in one with threads (this test runner, a
     library caller) it plans and reads in a thread instead, and never forks."""
@@ -265,12 +308,12 @@ async def test_a_key_charted_twice_gets_a_frame_for_each_size(run_dir, tmp_path,
     from marinctl.store import Store
     from marinctl.sync.local import sync_path
     from marinctl.tui.app import WatchApp
-    from tests.watch_pilot import frames_built_on_ui
+    from tests.watch_pilot import frames_built, on_ui
 
     wandb_dir, _ = run_dir
     store = Store(tmp_path / "home" / "marinctl.duckdb")
     sync_path(store, wandb_dir)
-    built_on_ui = frames_built_on_ui(monkeypatch)
+    built = frames_built(monkeypatch)
     app = WatchApp("start-synthetic", 30, store=store, autosync=False)
     async with app.run_test(size=(160, 50)) as pilot:
         deadline = time.monotonic() + 30
@@ -283,4 +326,4 @@ async def test_a_key_charted_twice_gets_a_frame_for_each_size(run_dir, tmp_path,
         assert [c._frame.size for c in twice] == [(c.size.width, c.size.height) for c in twice]
         await pilot.press("right")                 # a cursor move paints every chart again
         await pilot.pause(0.5)
-    assert built_on_ui == [], f"built on the UI thread: {built_on_ui}"
+    assert on_ui(built) == [], f"built on the UI thread: {on_ui(built)}"

@@ -88,9 +88,8 @@ def header(text: str) -> str:
     return "\n".join(out)
 
 
-def frames_built_on_ui(monkeypatch) -> list[tuple[str, tuple[int, int]]]:
-    """(key, size) of every chart frame built on the UI thread from now on (frames belong to the
-    workers: one built while painting stalls every key press)."""
+def frames_built(monkeypatch) -> list[tuple[str, tuple[int, int], bool]]:
+    """(key, size, on the UI thread) of every chart frame built from now on."""
     import threading
 
     import marinctl.tui.charts as charts
@@ -98,9 +97,14 @@ def frames_built_on_ui(monkeypatch) -> list[tuple[str, tuple[int, int]]]:
     built, real = [], charts.build_frame
 
     def spy(fig, panel, axis, spec, size):
-        if threading.current_thread() is threading.main_thread():
-            built.append((panel.key, size))
+        built.append((panel.key, size, threading.current_thread() is threading.main_thread()))
         return real(fig, panel, axis, spec, size)
 
     monkeypatch.setattr(charts, "build_frame", spy)
     return built
+
+
+def on_ui(built: list[tuple[str, tuple[int, int], bool]]) -> list[tuple[str, tuple[int, int]]]:
+    """The frames of `frames_built` built on the UI thread (frames belong to the workers: one built
+    while painting stalls every key press)."""
+    return [(key, size) for key, size, ui in built if ui]

@@ -75,7 +75,6 @@ class View:
     system_keys: int = 0
     system_note: str = ""                                    # how stored system samples are placed on x
     sampled_keys: frozenset[str] = frozenset()               # system panels drawn from samples by time
-    keys_read: bool = False                                  # build_view listed the run's keys itself (`params.all_keys`)
 
     @property
     def width(self) -> float:
@@ -109,11 +108,48 @@ def page_layout(params: ViewParams, curated: list[str]) -> tuple[list[MP.Page], 
     return MP.paginate(sections, params.cols, params.rows, params.collapsed), len(keys), len(every)
 
 
-def build_view(store, params: ViewParams, *, read_keys: bool = False) -> View:
-    """Read everything one frame needs in one short connection (runs in a worker thread).
+def _lay_out(view: View, curated: list[str]) -> list[str]:
+    """Set `view`'s pages, page, sections and key counts from its params; the keys of its page."""
+    params = view.params
+    pages, view.matched, view.total_keys = page_layout(params, curated)
+    view.pages = len(pages)
+    view.page_of_key = {k: i for i, p in reversed(list(enumerate(pages))) for k in p.keys}
+    wanted = view.page_of_key.get(params.jump, params.page) if params.jump else params.page
+    view.page = min(max(0, wanted), len(pages) - 1)
+    view.sections = pages[view.page].sections
+    view.system_keys = sum(1 for k in params.all_keys or () if MP.is_system(k))
+    return pages[view.page].keys
 
-    `read_keys`: list the run's keys in the same connection when `params` has none (the view's
-    params then carry them and the page count is known from the first frame)."""
+
+def with_keys(view: View, keys: list[str]) -> View | None:
+    """`view` as `build_view` reads it once the run's `keys` are listed, without reading again: the
+    page count and key counts change, the charts do not. None when they would (the page shows other
+    keys, or system panels are to be loaded): then read it with the keys."""
+    if view.error or view.axis is None:
+        return None
+    keyed = replace(view, params=replace(view.params, all_keys=tuple(keys)))
+    have = set(keys)
+    page_keys = _lay_out(keyed, [k for k in DEFAULT_PANELS if k in have])
+    read = {p.key: p for p in view.panels}
+    if not set(page_keys) <= set(read) or (keyed.params.system and keyed.system_keys):
+        return None
+    # a curated key also charted in its own section (`grad/norm/` on a short run's first page)
+    keyed.panels = [read[k] for k in page_keys]
+    keyed.labels = MP.short_labels(page_keys)
+    return keyed
+
+
+def key_list(store, ref: str | None) -> list[str]:
+    """Every key run `ref` logged, sorted: what paging and the filter browse. Read apart from the
+    first view: at hero scale it scans every stored row (seconds), the first frame needs none of it."""
+    from marinctl.store.lineage import resolve_target
+
+    with store.connect() as con:
+        return S.keys_of(con, resolve_target(con, ref, stitched=True).run_pks)
+
+
+def build_view(store, params: ViewParams) -> View:
+    """Read everything one frame needs in one short connection (runs in a worker thread)."""
     from marinctl.errors import UserError
     from marinctl.store.lineage import resolve_target
 
@@ -128,24 +164,14 @@ def build_view(store, params: ViewParams, *, read_keys: bool = False) -> View:
             view.error = exc.message + (f" — {exc.hint}" if exc.hint else "")
             return view
         view.target_name = target.name
-        if read_keys and params.all_keys is None:
-            params = view.params = replace(params, all_keys=tuple(S.keys_of(con, target.run_pks)))
-            view.keys_read = True
         if params.all_keys is not None:
             have = set(params.all_keys)
             curated = [k for k in DEFAULT_PANELS if k in have]
         else:
             present = S.keys_with_data(con, target.run_pks, DEFAULT_PANELS)
             curated = [k for k in DEFAULT_PANELS if k in present]
-        pages, view.matched, view.total_keys = page_layout(params, curated)
-        view.pages = len(pages)
-        view.page_of_key = {k: i for i, p in reversed(list(enumerate(pages))) for k in p.keys}
-        wanted = view.page_of_key.get(params.jump, params.page) if params.jump else params.page
-        view.page = min(max(0, wanted), len(pages) - 1)
-        view.sections = pages[view.page].sections
-        keys = pages[view.page].keys
+        keys = _lay_out(view, curated)
         system = [k for k in params.all_keys or () if MP.is_system(k)]
-        view.system_keys = len(system)
         system = system if params.system else []
         full_lo, full_hi = S.key_step_range(con, target.segments, keys or curated or list(DEFAULT_PANELS))
         if full_lo is None and target.leaf.get("last_step") is not None:

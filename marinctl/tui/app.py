@@ -282,7 +282,7 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         p = view.params
         if p.jump is not None or p.page != view.page:
             self.params = self._with(page=view.page, jump=None)
-        if view.keys_read and p.all_keys != self.params.all_keys:
+        if p.all_keys is not None and self.params.all_keys is None:
             self.params = self._with(all_keys=p.all_keys)     # the first-read helper listed the keys
         if self._header.offline_since is not None:
             self._header.offline_since = _offline_text(view)
@@ -307,13 +307,15 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
             self.call_after_refresh(self.first_painted.set)
         if self._keys_after_first:
             self._keys_after_first = False
-            if not view.keys_read:
+            if self.params.all_keys is None:
                 self.load_keys(self.params.ref)
 
     def _repaint_misfits(self) -> None:
-        """New frames when a chart's laid-out size differs from the worker's guess (else nothing)."""
+        """New frames when a chart's laid-out size differs from the worker's guess (else nothing). A
+        chart not laid out yet (0×0, just mounted) is no misfit: it draws its frame if that fits."""
         charts = [*self._page.charts.values(), *self._system_pane.charts.values()]
-        if any(c.panel is not None and c.needs_frame((c.size.width, c.size.height)) for c in charts):
+        if any(c.panel is not None and c.size.width > 0 and c.needs_frame((c.size.width, c.size.height))
+               for c in charts):
             self.repaint()
 
     def _show_notice(self, view: View) -> None:

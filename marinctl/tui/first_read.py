@@ -8,7 +8,10 @@ interpreter start) plans TARGET and reads the view on another core, and sends bo
 pickled through a pipe, while this process imports Textual. `plan()` then answers at once, a
 bad TARGET raising the helper's error (exit 2 before the screen opens), and the first load
 worker takes the view when the parameters it was read with are still the ones asked for (else
-it reads afresh).
+it reads afresh). The run's key list (for paging and the filter) comes with the view of a short
+run; a long run's view is sent first, then the same view knowing the keys, then the list itself
+for the app's keys worker: listing scans every stored row, and at hero scale the first chart
+used to wait for it (4 s in a terminal).
 
 A local run (a `wandb/` dir, a `.wandb` file) is also caught up there: the helper takes the
 target's sync lock, reads the file window by window (the sync pipeline's `sync_files`, each
@@ -51,6 +54,9 @@ Plan = tuple[str | None, list[str]]
 PROGRESS_EVERY_S = 2.0   # after the first view, how often the helper says more has landed (as tui/live.py)
 HOLD_BYTES = 32 << 20    # a catch-up of files up to this size (~3 s of decoding) keeps the store open throughout
 HELPER_WAIT_S = 60.0     # a plan or first view later than this (the store's lock timeout is 15 s): do it here
+# a run shorter than this is sent with its key list (listing scans its stored rows, ~2.6 ns each:
+# 40 ms for 20k steps × 750 keys); a longer one's list follows its view (0.2 s at 389k steps × 746 keys)
+KEYS_INLINE_STEPS = 20_000
 
 
 def params_for(layout: settings.Layout, ref: str | None) -> ViewParams:
@@ -81,7 +87,7 @@ def _plan_and_read(store: Store, target: str | None, width: int, send, *, catch_
 
 
 def _plan_and_read_held(store: Store, target: str | None, width: int, send, *, catch_up: bool, release) -> None:
-    from marinctl.analysis.watch_view import build_view
+    from marinctl.analysis.watch_view import build_view, key_list, with_keys
     from marinctl.errors import MarinctlError
     from marinctl.sync import plan_watch
     from marinctl.sync.targets import local_targets
@@ -102,13 +108,24 @@ def _plan_and_read_held(store: Store, target: str | None, width: int, send, *, c
 
     def view() -> None:
         nonlocal viewed
-        shown = build_view(store, params, read_keys=True)    # the key list with it: no second read in the app
+        shown = build_view(store, params)
+        keys = None
+        if shown.error is None and shown.full_hi - shown.full_lo < KEYS_INLINE_STEPS:
+            keys = key_list(store, shown.ref)    # a short run: its list costs a fraction of its view
+        keyed = with_keys(shown, keys) if keys is not None else None
         if not keep:
             release()
-        send(("view", shown.params, shown))
+        send(("view", (keyed or shown).params, keyed or shown))
         if not viewed and hasattr(os, "nice"):
             os.nice(5)    # the rest of the catch-up yields to the screen starting on the other core
         viewed = True
+        if keyed is None and shown.error is None:
+            # a big run's list (seconds at hero scale, a scan of every stored row) follows its view:
+            # the view that knows the keys (the page count; no second read in the app), then the keys
+            keys = keys if keys is not None else key_list(store, shown.ref)
+            keyed = with_keys(shown, keys) or build_view(store, replace(params, all_keys=tuple(keys)))
+            send(("view", keyed.params, keyed))
+        send(("keys", shown.ref, keys))
 
     if plan[0] is not None or not local:
         view()     # what is stored, at once; the file is caught up after
@@ -176,6 +193,9 @@ class FirstRead:
         self._view: View | None = None
         self._fresh = False                        # `_view` arrived after the last one handed out
         self._asked = False
+        self._keys: tuple[str | None, list[str]] | None = None   # (ref, its keys) read after the newest view
+        self._keyed = threading.Event()
+        self._keys_asked = False
         self._retired = False
         self._lock = threading.Lock()
         self._done = threading.Event()             # the helper has exited (the follower may take the lock)
@@ -219,10 +239,8 @@ class FirstRead:
                     if message[0] in ("plan", "error"):
                         self._answer = message
                         self._planned.set()
-                    elif message[0] == "view":
-                        with self._lock:
-                            self._params, self._view, self._fresh = message[1], message[2], True
-                        self._viewed.set()
+                    elif message[0] in ("view", "keys"):
+                        self._keep(message)
                     else:
                         self._tell(message)
         except Exception:  # noqa: BLE001 — a broken helper: whatever did not arrive is done here
@@ -232,16 +250,26 @@ class FirstRead:
                 os.waitpid(pid, 0)
             except ChildProcessError:
                 pass
-            self._planned.set()
-            self._viewed.set()
-            self._done.set()
+            self._ended()
+
+    def _keep(self, message: tuple) -> None:
+        """A view or a key list the helper read: kept for `take` / `take_keys`."""
+        with self._lock:
+            if message[0] == "view":
+                self._params, self._view, self._fresh = message[1], message[2], True
+            else:
+                self._keys = (message[1], message[2])
+        (self._viewed if message[0] == "view" else self._keyed).set()
+
+    def _ended(self) -> None:
+        for event in (self._planned, self._viewed, self._keyed, self._done):
+            event.set()
 
     # -- no fork: the same work in a thread ------------------------------------------------
     def _here(self) -> None:
         def keep(message: tuple) -> None:
-            if message[0] == "view":
-                with self._lock:
-                    self._params, self._view, self._fresh = message[1], message[2], True
+            if message[0] in ("view", "keys"):
+                self._keep(message)
             else:
                 self._answer = message
                 self._planned.set()
@@ -251,9 +279,7 @@ class FirstRead:
         except Exception:  # noqa: BLE001 — `plan()` plans again and reports it; the first load reads afresh
             pass
         finally:
-            self._planned.set()
-            self._viewed.set()
-            self._done.set()
+            self._ended()
 
     def _tell(self, message: tuple) -> None:
         with self._lock:
@@ -315,6 +341,16 @@ class FirstRead:
                 return None
             self._fresh = False
             return self._view
+
+    def take_keys(self, ref: str | None) -> list[str] | None:
+        """The key list the helper read after its newest view, if it is run `ref`'s and was not
+        handed out before; else None (the caller lists them). The first call waits for one."""
+        if not self._keys_asked:
+            self._keys_asked = True
+            self._keyed.wait(HELPER_WAIT_S)        # a helper stuck is stopped by `plan` / `take`, not here
+        with self._lock:
+            keys, self._keys = self._keys, None
+        return keys[1] if keys is not None and keys[0] == ref else None
 
     def retire(self) -> None:
         """Hand out no more views: someone else (the app's follower) writes the store from now on."""
