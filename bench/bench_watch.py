@@ -13,7 +13,9 @@ medians side by side with their ratio (previous / now; > 1 means now is better):
 - key latency: `→` pressed → readout and every chart's cursor redrawn (median of 12);
 - RSS settled: resident memory after the first frame, the key list and 3 s of quiet; ≤ 150 MB;
 - idle CPU: process CPU time over 5 s with nothing changing (what a watch left open costs).
-Plus the store read for one frame (`build_view`, 8 panels) vs a naive read of every point.
+Plus the store read for one frame (`build_view`, 8 panels) vs a naive read of every point, and
+`marinctl watch` launched as a person launches it, in a tmux pane of 160×50 (`terminal_runs`):
+launch → first chart and → all 8 charts on screen; the CLI path, helper process included.
 
     nice -n 10 python bench/bench_watch.py [--steps 389000] [--db /tmp/bench_watch_CHECKOUT.duckdb] [--rounds 2]
 """
@@ -27,6 +29,7 @@ _T0 = time.perf_counter()          # script start: the "process start" of the fi
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import statistics  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -281,6 +284,7 @@ def main() -> None:
         for _ in range(args.rounds):             # alternate: the machine's load hits both alike
             now_runs.append(run_child(root, args.db, args.keys, args.idle))
             prev_runs.append(run_child(prev, args.db, args.keys, args.idle))
+        terminal = terminal_runs({"now": root, "previous": prev}, args.db, Path(tmp), args.rounds)
     assert all(r["marinctl"].startswith(str(root)) for r in now_runs), now_runs
     assert all(r["marinctl"].startswith(tmp) for r in prev_runs), prev_runs
     rows_out = [("first frame, process start → 8 charts", "first_frame_process_s", 1e3, "ms", "≤ 1000 ms"),
@@ -295,6 +299,45 @@ def main() -> None:
         b = statistics.median(r[key] for r in prev_runs) * scale
         ratio = f"{b / a:7.2f}x" if a > 0 else "      -"
         print(f"{label:44s} {a:8.1f}{unit:<2s} {b:8.1f}{unit:<2s} {ratio}  {target}")
+    for i, label in enumerate(("in a terminal: launch → first chart", "in a terminal: launch → 8 charts",
+                               "in a terminal: RSS 3 s after (helper incl.)")):
+        unit, scale = ("MiB", 1) if i == 2 else ("ms", 1e3)
+        a, b = (statistics.median(r[i] for r in terminal[side]) * scale for side in ("now", "previous"))
+        print(f"{label:44s} {a:8.1f}{unit:<2s} {b:8.1f}{unit:<2s} {b / a:7.2f}x  {'≤ 1000 ms' if i == 1 else ''}")
+
+
+def terminal_runs(trees: dict[str, Path], db: Path, tmp: Path, rounds: int) -> dict[str, list[tuple]]:
+    """`marinctl watch` (the hero, its default) as a person launches it, in a fresh tmux pane of 160×50,
+    each tree on its own copy of the store, alternating: (s to the first chart, s to all 8 charts drawn,
+    RSS MiB). The Pilot figures above start the app in-process; this one includes the CLI, the helper
+    process that reads the first view while Textual is imported, and the terminal."""
+    import shutil
+    import subprocess
+    import sys
+
+    from bench_watch_terminal import measure     # noqa: PLC0415 (it imports this module at its top)
+
+    if not shutil.which("tmux"):
+        raise SystemExit("the terminal figures need tmux")
+    commands = {}
+    for side, tree in trees.items():
+        home = tmp / f"home-{side}"
+        home.mkdir()
+        shutil.copy(db, home / "marinctl.duckdb")
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "marinctl")], check=True, capture_output=True)
+        # from the home: `python -m` puts the working directory first on sys.path, and `tmp` may hold a tree
+        commands[side] = f"cd {home} && PYTHONPATH={tree} MARINCTL_HOME={home} {sys.executable} -m marinctl watch"
+    anchor = f"benchwatch{os.getpid()}"    # one tmux server up between panes (a server that exits races the next)
+    subprocess.run(["tmux", "new-session", "-d", "-s", anchor, "sleep 3600"], check=True)
+    out: dict[str, list[tuple]] = {side: [] for side in trees}
+    try:
+        for _ in range(rounds):
+            for side, command in commands.items():
+                # all 8 drawn: each chart's bottom-left corner (a chart still loading has none)
+                out[side].append(measure(command, "grad/norm/total", r"(?s)(└.*){8}"))
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", anchor], capture_output=True)
+    return out
 
 
 if __name__ == "__main__":
