@@ -222,6 +222,42 @@ def test_plot_of_values_equal_but_for_rounding_has_short_y_labels(store, cli):
     assert any(label.startswith("3.9") for label in labels), out
 
 
+@pytest.fixture
+def short_store(store):
+    """One SYNTHETIC short run: three curated keys, six others and a system key, 300 steps. With its
+    key list its first page also charts grad/norm/total and optim/learning_rate in their own sections."""
+    keys = ["train/loss", "grad/norm/total", "optim/learning_rate", *(f"synthetic/k{i}" for i in range(6)),
+            "system/cpu"]
+    with store.transaction() as con:
+        con.execute("INSERT INTO runs (uid, source, run_id, state) VALUES ('local:synthetic-short', 'local',"
+                    " 'synthetic-short', 'finished')")
+        for key_id, key in enumerate(keys, start=1):
+            con.execute("INSERT INTO metric_keys (key) VALUES (?)", [key])
+            con.execute(f"INSERT INTO metrics SELECT 1, {key_id}, s, {key_id} + sin(s / 30.0) FROM range(300) t(s)")
+        con.execute("UPDATE runs SET last_step = 299 WHERE run_pk = 1")
+    return store
+
+
+@pytest.mark.parametrize("params, same_charts", [(dict(ref="synthetic-short"), True),
+                                                 (dict(ref="synthetic-short", system=True), False)])
+def test_a_short_run_given_its_key_list_charts_a_curated_key_twice(short_store, params, same_charts):
+    """`with_keys` on a page where a curated key is also charted in its own section, and with the
+    system pane open on a run that logged a system key (then it gives up: those panels need a read)."""
+    from dataclasses import replace
+
+    base = watch_view.ViewParams(buckets=60, **params)
+    keys = watch_view.key_list(short_store, base.ref)
+    keyed = watch_view.with_keys(watch_view.build_view(short_store, base), keys)
+    assert (keyed is not None) == same_charts
+    if keyed is None:
+        return
+    read = watch_view.build_view(short_store, replace(base, all_keys=tuple(keys)))
+    assert [p.key for p in keyed.panels] == [p.key for p in read.panels]
+    assert [p.key for p in read.panels].count("grad/norm/total") == 2
+    assert (keyed.labels, keyed.system_keys, keyed.pages) == (read.labels, read.system_keys, read.pages)
+    assert keyed.system_keys == 1
+
+
 @pytest.mark.parametrize("params, same_charts", [
     (dict(ref="hero"), True), (dict(ref="rung1"), True), (dict(ref="hero", cols=1, rows=3), True),
     (dict(ref="hero", system=True), True), (dict(ref="hero", page=1), False)])

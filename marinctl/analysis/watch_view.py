@@ -135,7 +135,7 @@ def with_keys(view: View, keys: list[str]) -> View | None:
         return None
     # a curated key also charted in its own section (`grad/norm/` on a short run's first page)
     keyed.panels = [read[k] for k in page_keys]
-    keyed.labels = MP.short_labels(page_keys)
+    keyed.labels = MP.short_labels([p.key for p in keyed.panels + keyed.system_panels])
     return keyed
 
 

@@ -193,7 +193,7 @@ class FirstRead:
         self._view: View | None = None
         self._fresh = False                        # `_view` arrived after the last one handed out
         self._asked = False
-        self._keys: tuple[str | None, list[str]] | None = None   # (ref, its keys) read after the newest view
+        self._keys: tuple[str | None, list[str]] | None = None   # (ref, its keys) sent with the newest view
         self._keyed = threading.Event()
         self._keys_asked = False
         self._retired = False
@@ -343,7 +343,7 @@ class FirstRead:
             return self._view
 
     def take_keys(self, ref: str | None) -> list[str] | None:
-        """The key list the helper read after its newest view, if it is run `ref`'s and was not
+        """The key list the helper sent with its newest view, if it is run `ref`'s and was not
         handed out before; else None (the caller lists them). The first call waits for one."""
         if not self._keys_asked:
             self._keys_asked = True
