@@ -238,47 +238,33 @@ def short_store(store):
     return store
 
 
-@pytest.mark.parametrize("params, same_charts", [(dict(ref="synthetic-short"), True),
-                                                 (dict(ref="synthetic-short", system=True), False)])
-def test_a_short_run_given_its_key_list_charts_a_curated_key_twice(short_store, params, same_charts):
-    """`with_keys` on a page where a curated key is also charted in its own section, and with the
-    system pane open on a run that logged a system key (then it gives up: those panels need a read)."""
-    from dataclasses import replace
-
-    base = watch_view.ViewParams(buckets=60, **params)
-    keys = watch_view.key_list(short_store, base.ref)
-    keyed = watch_view.with_keys(watch_view.build_view(short_store, base), keys)
-    assert (keyed is not None) == same_charts
-    if keyed is None:
-        return
-    read = watch_view.build_view(short_store, replace(base, all_keys=tuple(keys)))
-    assert [p.key for p in keyed.panels] == [p.key for p in read.panels]
-    assert [p.key for p in read.panels].count("grad/norm/total") == 2
-    assert (keyed.labels, keyed.system_keys, keyed.pages) == (read.labels, read.system_keys, read.pages)
-    assert keyed.system_keys == 1
-
-
-@pytest.mark.parametrize("params, same_charts", [
-    (dict(ref="hero"), True), (dict(ref="rung1"), True), (dict(ref="hero", cols=1, rows=3), True),
-    (dict(ref="hero", system=True), True), (dict(ref="hero", page=1), False)])
-def test_a_view_given_its_key_list_is_the_view_read_with_it(watch_store, params, same_charts):
+@pytest.mark.parametrize("stored, params, same_charts", [
+    ("watch_store", dict(ref="hero"), True), ("watch_store", dict(ref="rung1"), True),
+    ("watch_store", dict(ref="hero", cols=1, rows=3), True), ("watch_store", dict(ref="hero", system=True), True),
+    ("watch_store", dict(ref="hero", page=1), False),
+    ("short_store", dict(ref="synthetic-short"), True), ("short_store", dict(ref="synthetic-short", system=True), False)])
+def test_a_view_given_its_key_list_is_the_view_read_with_it(request, stored, params, same_charts):
     """The first-read helper sends a long run's view before its key list, then the same view knowing
     the keys without reading the store again (`with_keys`). Where the keys bring other charts (a later
-    page; system keys with the system pane open) it gives up (None) and the view is read with them."""
+    page; system keys with the system pane open) it gives up (None) and the view is read with them.
+    On the short run a curated key is also charted in its own section: its panel is listed twice."""
     from dataclasses import replace
 
+    store = request.getfixturevalue(stored)
     base = watch_view.ViewParams(buckets=120, **params)
-    keys = watch_view.key_list(watch_store, base.ref)
-    keyed = watch_view.with_keys(watch_view.build_view(watch_store, base), keys)
+    keys = watch_view.key_list(store, base.ref)
+    keyed = watch_view.with_keys(watch_view.build_view(store, base), keys)
     assert (keyed is not None) == same_charts
     if keyed is None:
         return
-    read = watch_view.build_view(watch_store, replace(base, all_keys=tuple(keys)))
+    read = watch_view.build_view(store, replace(base, all_keys=tuple(keys)))
     for field in ("params", "pages", "page", "sections", "matched", "total_keys", "system_keys", "labels",
                   "page_of_key", "lo", "hi"):
         assert getattr(keyed, field) == getattr(read, field), field
     assert [p.key for p in keyed.panels] == [p.key for p in read.panels]
     assert all(a.same_as(b) for a, b in zip(keyed.panels, read.panels))
+    if stored == "short_store":
+        assert [p.key for p in read.panels].count("grad/norm/total") == 2 and keyed.system_keys == 1
 
 
 def test_same_picture_ignores_only_last_bit_differences_in_the_smoothed_line():
