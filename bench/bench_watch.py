@@ -315,7 +315,7 @@ def terminal_runs(trees: dict[str, Path], db: Path, tmp: Path, rounds: int) -> d
     import subprocess
     import sys
 
-    from bench_watch_terminal import measure     # noqa: PLC0415 (it imports this module at its top)
+    from bench_watch_terminal import Screens     # noqa: PLC0415 (it imports this module at its top)
 
     if not shutil.which("tmux"):
         raise SystemExit("the terminal figures need tmux")
@@ -327,16 +327,12 @@ def terminal_runs(trees: dict[str, Path], db: Path, tmp: Path, rounds: int) -> d
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "marinctl")], check=True, capture_output=True)
         # from the home: `python -m` puts the working directory first on sys.path, and `tmp` may hold a tree
         commands[side] = f"cd {home} && PYTHONPATH={tree} MARINCTL_HOME={home} {sys.executable} -m marinctl watch"
-    anchor = f"benchwatch{os.getpid()}"    # one tmux server up between panes (a server that exits races the next)
-    subprocess.run(["tmux", "new-session", "-d", "-s", anchor, "sleep 3600"], check=True)
     out: dict[str, list[tuple]] = {side: [] for side in trees}
-    try:
+    with Screens() as screens:
         for _ in range(rounds):
             for side, command in commands.items():
                 # all 8 drawn: each chart's bottom-left corner (a chart still loading has none)
-                out[side].append(measure(command, "grad/norm/total", r"(?s)(└.*){8}"))
-    finally:
-        subprocess.run(["tmux", "kill-session", "-t", anchor], capture_output=True)
+                out[side].append(screens.measure(command, "grad/norm/total", r"(?s)(└.*){8}"))
     return out
 
 

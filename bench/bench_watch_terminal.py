@@ -2,7 +2,7 @@
 
 The runs the watch issue measured: SYNTHETIC offline runs written by the real wandb SDK, 3,000 steps
 with 19 and with 649 keys (cached under /tmp). Every contender starts as a person starts it, in a
-fresh tmux pane of 160×50, and the screen is read every 10 ms:
+fresh tmux pane of 160×50, and the screen is read every 10 ms (`Screens`):
 - first chart: launch → the `grad/norm/total` chart is on screen (braille dots; both draw while
   they read a long file, so this chart may show a part of the run);
 - every step: launch → the screen says the run's last step is on it (LEET's summary `_step 2999`,
@@ -71,31 +71,71 @@ def runs_for(keys: int) -> Path:
     return out / "wandb"
 
 
-def measure(command: str, first_needle: str, full: str, settle: float = 3.0,
-            timeout: float = 90.0) -> tuple[float, float, float]:
-    """(s from launch to a chart showing `first_needle`, s to the screen matching `full` (every step
-    read), RSS MiB `settle` s after that) of one fresh pane."""
-    name = f"bench{os.getpid()}_{time.monotonic_ns()}"
-    t0 = time.perf_counter()
-    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "50", command], check=True)
-    first = whole = float("nan")
-    try:
-        while time.perf_counter() - t0 < timeout:
-            screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", name], capture_output=True, text=True).stdout
-            charted = BRAILLE.search(screen) is not None
-            if math.isnan(first) and charted and first_needle in screen:
-                first = time.perf_counter() - t0
-            if charted and re.search(full, screen):
-                whole = time.perf_counter() - t0
-                break
-            time.sleep(0.01)
-        time.sleep(settle)
-        pid = subprocess.run(["tmux", "list-panes", "-t", name, "-F", "#{pane_pid}"], capture_output=True,
-                             text=True).stdout.split()
-        rss = tree_rss_mib(int(pid[0])) if pid else float("nan")
-    finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
-    return first, whole, rss
+class Screens:
+    """Fresh tmux panes, read through one control-mode client (`tmux -C`), kept for the whole bench.
+
+    A `tmux capture-pane` process started for every read cost ~2.3 ms of CPU (a fork, an exec and
+    a connection each), every ~13 ms: about a fifth of one of the two cores the contenders start
+    on. The control client answers the same command over its open connection in ~0.2 ms. It is
+    attached to an idle anchor session, so no pane's output streams to it; the anchor also keeps
+    one tmux server up between panes (a server that exits races the next start)."""
+
+    def __enter__(self) -> "Screens":
+        self.anchor = f"bench{os.getpid()}_anchor"
+        subprocess.run(["tmux", "new-session", "-d", "-s", self.anchor, "sleep 3600"], check=True)
+        self.client = subprocess.Popen(["tmux", "-C", "attach", "-t", self.anchor], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, text=True, bufsize=1)
+        self._answer()                       # the attach command's own (empty) answer
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.client.stdin.close()
+        self.client.wait(timeout=10)
+        subprocess.run(["tmux", "kill-session", "-t", self.anchor], capture_output=True)
+
+    def capture(self, pane: str) -> str:
+        self.client.stdin.write(f"capture-pane -p -t {pane}\n")
+        self.client.stdin.flush()
+        return self._answer()
+
+    def _answer(self) -> str:
+        """The text between the next `%begin` and its `%end` (empty for an `%error`); notifications
+        outside a block are skipped."""
+        lines: list[str] | None = None
+        for line in self.client.stdout:
+            if line.startswith("%begin"):
+                lines = []
+            elif lines is not None and line.startswith(("%end", "%error")):
+                return "" if line.startswith("%error") else "".join(lines)
+            elif lines is not None:
+                lines.append(line)
+        raise RuntimeError("the tmux control client ended")
+
+    def measure(self, command: str, first_needle: str, full: str, settle: float = 3.0,
+                timeout: float = 90.0) -> tuple[float, float, float]:
+        """(s from launch to a chart showing `first_needle`, s to the screen matching `full` (every
+        step read), RSS MiB `settle` s after that) of one fresh pane running `command`."""
+        name = f"bench{os.getpid()}_{time.monotonic_ns()}"
+        t0 = time.perf_counter()
+        subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "50", command], check=True)
+        first = whole = float("nan")
+        try:
+            while time.perf_counter() - t0 < timeout:
+                screen = self.capture(name)
+                charted = BRAILLE.search(screen) is not None
+                if math.isnan(first) and charted and first_needle in screen:
+                    first = time.perf_counter() - t0
+                if charted and re.search(full, screen):
+                    whole = time.perf_counter() - t0
+                    break
+                time.sleep(0.01)
+            time.sleep(settle)
+            pid = subprocess.run(["tmux", "list-panes", "-t", name, "-F", "#{pane_pid}"], capture_output=True,
+                                 text=True).stdout.split()
+            rss = tree_rss_mib(int(pid[0])) if pid else float("nan")
+        finally:
+            subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        return first, whole, rss
 
 
 def main() -> None:
@@ -107,16 +147,11 @@ def main() -> None:
     if not shutil.which("tmux"):
         raise SystemExit("needs tmux")
     leet = Path(sys.executable).with_name("wandb")
-    py = sys.executable
-    anchor = f"bench{os.getpid()}_anchor"    # keeps one tmux server up between panes (a server that exits races the next start)
-    subprocess.run(["tmux", "new-session", "-d", "-s", anchor, "sleep 3600"], check=True)
-    try:
-        run_all(args, leet, py)
-    finally:
-        subprocess.run(["tmux", "kill-session", "-t", anchor], capture_output=True)
+    with Screens() as screens:
+        run_all(args, leet, sys.executable, screens)
 
 
-def run_all(args, leet: Path, py: str) -> None:
+def run_all(args, leet: Path, py: str, screens: Screens) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"now": ROOT, "previous": previous_tree(args.base, Path(tmp) / "previous")}
         for tree in trees.values():
@@ -142,7 +177,7 @@ def run_all(args, leet: Path, py: str) -> None:
                     contenders[f"marinctl {side}, synced before"] = (marinctl(side, homes[side]), r"step 2,999 /")
                     contenders[f"marinctl {side}, never synced"] = (marinctl(side, fresh), r"step 2,999 /")
                 for label, (command, full) in contenders.items():
-                    results.setdefault(label, []).append(measure(command, "grad/norm/total", full))
+                    results.setdefault(label, []).append(screens.measure(command, "grad/norm/total", full))
             print(f"\n3,000 steps × {keys} keys (SYNTHETIC, SDK-written), median of {args.rounds}")
             print(f"{'':36s} {'first chart':>12s} {'every step':>12s} {'RSS settled':>12s}")
             for label, rows in results.items():
