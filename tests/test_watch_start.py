@@ -327,3 +327,35 @@ async def test_a_key_charted_twice_gets_a_frame_for_each_size(run_dir, tmp_path,
         await pilot.press("right")                 # a cursor move paints every chart again
         await pilot.pause(0.5)
     assert on_ui(built) == [], f"built on the UI thread: {on_ui(built)}"
+
+
+@pytest.mark.asyncio
+async def test_the_collector_paused_for_the_start_runs_again_from_the_first_paint(run_dir, tmp_path, monkeypatch):
+    """`watch` pauses Python's cycle collector while it starts (tui/startup.py); the first paint
+    starts it again, or the app would run with it off for good (cycles never freed)."""
+    import gc
+
+    from marinctl.store import Store
+    from marinctl.sync.local import sync_path
+    from marinctl.tui import startup
+    from marinctl.tui.app import WatchApp
+
+    wandb_dir, _ = run_dir
+    store = Store(tmp_path / "home" / "marinctl.duckdb")
+    sync_path(store, wandb_dir)
+    monkeypatch.setattr(startup, "RESUME_AFTER_S", 600.0)     # only the first paint may start it again
+    startup.pause()
+    try:
+        assert not gc.isenabled()
+        app = WatchApp("start-synthetic", 30, store=store, autosync=False)
+        async with app.run_test(size=(160, 50)) as pilot:
+            deadline = time.monotonic() + 30
+            while not app.first_painted.is_set() and time.monotonic() < deadline:
+                await pilot.pause(0.05)
+            await pilot.pause(0.1)
+            assert app.first_painted.is_set()
+            assert gc.isenabled(), "still paused after the first paint"
+    finally:
+        startup.resume()
+        gc.enable()
+        gc.unfreeze()

@@ -38,6 +38,9 @@ def watch(
     # numpy's OpenBLAS starts a thread per core that spins after each call; watch's arrays are small
     # and the spinning took the other core from the start (numpy's import: 150 ms of CPU, 74 with one)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    from marinctl.tui import startup
+
+    startup.pause()        # the cycle collector, until the first paint (tui/startup.py)
     from marinctl.store import open_store
     from marinctl.tui.first_read import FirstRead
 

@@ -25,7 +25,7 @@ from marinctl.analysis.watch_view import View, ViewParams
 from marinctl.errors import MarinctlError
 from marinctl.store import Store
 from marinctl.tui import messages as msg
-from marinctl.tui import settings
+from marinctl.tui import settings, startup
 from marinctl.tui.charts import Figures, MetricChart
 from marinctl.tui.commands import MetricKeys, view_commands
 from marinctl.tui.first_read import FirstRead, bucket_guess, params_for
@@ -198,6 +198,7 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         else:
             self.run_worker(self._plan_worker, thread=True, group="plan", exit_on_error=False)
         self.set_interval(1.0, self._tick)
+        self.set_timer(startup.RESUME_AFTER_S, startup.resume)
 
     def _first_read(self) -> None:
         if self._generation == 0:           # planning has not started one already
@@ -304,11 +305,15 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
         if first_of_run and self._run_pane.display:
             self.load_pane()
         if not self.first_painted.is_set():
-            self.call_after_refresh(self.first_painted.set)
+            self.call_after_refresh(self._first_paint)
         if self._keys_after_first:
             self._keys_after_first = False
             if self.params.all_keys is None:
                 self.load_keys(self.params.ref)
+
+    def _first_paint(self) -> None:
+        self.first_painted.set()
+        startup.resume()
 
     def _repaint_misfits(self) -> None:
         """New frames when a chart's laid-out size differs from the worker's guess (else nothing). A

@@ -91,7 +91,7 @@ def _plan_and_read_held(store: Store, target: str | None, width: int, send, *, c
     from marinctl.errors import MarinctlError
     from marinctl.sync import plan_watch
     from marinctl.sync.targets import local_targets
-    from marinctl.tui import settings
+    from marinctl.tui import settings, startup
 
     try:
         plan = plan_watch(store, target)
@@ -116,8 +116,11 @@ def _plan_and_read_held(store: Store, target: str | None, width: int, send, *, c
         if not keep:
             release()
         send(("view", (keyed or shown).params, keyed or shown))
-        if not viewed and hasattr(os, "nice"):
-            os.nice(5)    # the rest of the catch-up yields to the screen starting on the other core
+        if not viewed:
+            if catch_up:                     # the helper process (read in a thread, the app resumes it)
+                startup.resume()             # the collector the CLI paused, for a catch-up of any length
+            if hasattr(os, "nice"):
+                os.nice(5)    # the rest of the catch-up yields to the screen starting on the other core
         viewed = True
         if keyed is None and shown.error is None:
             # a big run's list (seconds at hero scale, a scan of every stored row) follows its view:
