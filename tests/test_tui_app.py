@@ -386,6 +386,9 @@ async def test_the_first_frame_does_not_wait_for_a_helper_holding_the_store(watc
         def take_keys(self, ref):
             return None
 
+        def take_frames(self, view, job):
+            return None
+
         def wait_done(self, timeout=None):
             return False
 

@@ -258,7 +258,7 @@ def test_the_first_view_does_not_wait_for_the_key_list(run_dir, tmp_path):
         ref, _ = early.plan()
         t0 = time.monotonic()
         params = replace(first_read.params_for(settings.load(store.path), ref),
-                         buckets=first_read.bucket_guess(first_read.terminal_width()))
+                         buckets=first_read.bucket_guess(first_read.terminal_size()[0]))
         view = early.take(params)
         viewed = time.monotonic() - t0
         assert view is not None and view.error is None and "train/loss" in [p.key for p in view.panels], view
@@ -359,3 +359,110 @@ async def test_the_collector_paused_for_the_start_runs_again_from_the_first_pain
         startup.resume()
         gc.enable()
         gc.unfreeze()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the helper process needs fork")
+def test_the_helper_draws_the_first_page_and_the_app_shows_its_frames(run_dir, tmp_path):
+    """The helper draws the first page's frames while the app imports Textual (in the app they took
+    60–150 ms of the CPU it starts on). The app shows them, recoloured from the helper's stand-in
+    colours to its theme, and draws none of them itself: each is what the app would have drawn."""
+    wandb_dir, _ = run_dir
+    home = tmp_path / "home"
+    synced = subprocess.run([sys.executable, "-m", "marinctl", "sync", str(wandb_dir)], capture_output=True, text=True,
+                            cwd=ROOT, env=_env(home), timeout=120)
+    assert synced.returncode == 0, synced.stderr
+    done = _first_read_in_a_fresh_process(wandb_dir, home, '''
+        import asyncio, threading
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
+        os.environ["COLUMNS"], os.environ["LINES"] = "160", "50"     # the helper's terminal: the app's size
+        store = Store(os.path.join(home, "marinctl.duckdb"))
+        early = first_read.FirstRead(store, wandb_dir)
+        assert early._pid is not None, "no helper forked"
+        plan = early.plan()
+        from marinctl.tui import charts, frames
+        from marinctl.tui.app import WatchApp
+        built, real = [], frames.build_frame
+        def spy(fig, panel, axis, spec, size):
+            built.append((panel.key, size))
+            return real(fig, panel, axis, spec, size)
+        frames.build_frame = charts.build_frame = spy
+        async def main():
+            app = WatchApp(wandb_dir, 30, store=store, plan=plan, first_read=early, autosync=False)
+            async with app.run_test(size=(160, 50)) as pilot:
+                deadline = time.monotonic() + 30
+                while not app.first_painted.is_set() and time.monotonic() < deadline:
+                    await pilot.pause(0.05)
+                await pilot.pause(0.3)             # laid out
+                first = list(built)
+                charts_ = list(app._page.charts.values())
+                assert len(charts_) >= 3 and all(c._frame is not None for c in charts_), charts_
+                for c in charts_:
+                    assert c._frame.size == (c.size.width, c.size.height), (c.slot, c._frame.size, c.size)
+                    again = real(frames.PlotextFigure(), c.panel, c.axis, c.spec, c._frame.size)
+                    assert again.text == c._frame.text, c.slot
+                print("first page built here:", first, "charts:", len(charts_))
+            early.stop()
+        asyncio.run(main())
+    ''')
+    assert done.returncode == 0, done.stderr
+    assert "first page built here: [] charts:" in done.stdout, done.stdout
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size, panes", [((160, 50), {}), ((120, 40), {"run_pane": True}),
+                                         ((200, 60), {"system_pane": True, "pane_width": 60})])
+async def test_the_page_size_the_helper_draws_for_is_the_page_the_app_lays_out(run_dir, tmp_path, monkeypatch,
+                                                                              size, panes):
+    """The helper sizes the first page's frames before the app exists (`frames.page_size_guess`, the
+    sidebar and the lines around the page as app.tcss sets them); a frame of another size is drawn again."""
+    from marinctl.store import Store
+    from marinctl.sync.local import sync_path
+    from marinctl.tui import settings
+    from marinctl.tui.app import WatchApp
+    from marinctl.tui.frames import page_size_guess
+
+    wandb_dir, _ = run_dir
+    monkeypatch.setenv("MARINCTL_HOME", str(tmp_path / "home"))
+    store = Store(tmp_path / "home" / "marinctl.duckdb")
+    sync_path(store, wandb_dir)
+    layout = settings.Layout(**panes)
+    settings.save(store.path, layout)
+    app = WatchApp("start-synthetic", 30, store=store, autosync=False)
+    async with app.run_test(size=size) as pilot:
+        deadline = time.monotonic() + 30
+        while not app.first_painted.is_set() and time.monotonic() < deadline:
+            await pilot.pause(0.05)
+        assert (app._page.size.width, app._page.size.height) == page_size_guess(size, settings.load(store.path))
+
+
+@pytest.mark.parametrize("theme", ["textual-dark", "textual-light", "nord", "gruvbox"])
+def test_a_frame_drawn_in_stand_in_colours_recoloured_is_the_theme_s_own(run_dir, tmp_path, theme):
+    """The helper draws before Textual's themes are imported; swapping its stand-in canvas and tick
+    colours for a theme's gives the very frame drawn in that theme (every character, every style)."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from textual.theme import BUILTIN_THEMES
+
+    from marinctl.analysis.watch_view import ViewParams, build_view
+    from marinctl.store import Store
+    from marinctl.sync.local import sync_path
+    from marinctl.tui import frames
+    from marinctl.tui.charts import register_theme
+    from marinctl.tui.paint import ChartState, spec_for
+
+    wandb_dir, _ = run_dir
+    store = Store(tmp_path / "home" / "marinctl.duckdb")
+    sync_path(store, wandb_dir)
+    view = build_view(store, ViewParams(ref="start-synthetic", buckets=120))
+    known = BUILTIN_THEMES[theme]
+    name = register_theme(SimpleNamespace(theme=theme, theme_variables={**known.to_color_system().generate(),
+                                                                       **known.variables}))
+    state = ChartState(cursor_step=float(view.hi) - 7, logy_keys=frozenset({"train/loss"}))
+    for panel in view.panels:
+        spec = spec_for(view, panel.key, state, {}, name)
+        direct = frames.build_frame(frames.PlotextFigure(), panel, view.axis, spec, (61, 11))
+        stand_in = frames.build_frame(frames.PlotextFigure(), panel, view.axis,
+                                      replace(spec, theme=frames.stand_in_theme()), (61, 11))
+        assert stand_in.text != direct.text
+        assert frames.recoloured(stand_in.text, name) == direct.text, panel.key

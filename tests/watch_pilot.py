@@ -93,14 +93,16 @@ def frames_built(monkeypatch) -> list[tuple[str, tuple[int, int], bool]]:
     import threading
 
     import marinctl.tui.charts as charts
+    import marinctl.tui.frames as frames
 
-    built, real = [], charts.build_frame
+    built, real = [], frames.build_frame
 
     def spy(fig, panel, axis, spec, size):
         built.append((panel.key, size, threading.current_thread() is threading.main_thread()))
         return real(fig, panel, axis, spec, size)
 
-    monkeypatch.setattr(charts, "build_frame", spy)
+    monkeypatch.setattr(frames, "build_frame", spy)     # the workers' (Figures.frame)
+    monkeypatch.setattr(charts, "build_frame", spy)     # a chart's own, on a resize
     return built
 
 

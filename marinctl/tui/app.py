@@ -26,7 +26,8 @@ from marinctl.errors import MarinctlError
 from marinctl.store import Store
 from marinctl.tui import messages as msg
 from marinctl.tui import settings, startup
-from marinctl.tui.charts import Figures, MetricChart
+from marinctl.tui.charts import MetricChart
+from marinctl.tui.frames import Figures
 from marinctl.tui.commands import MetricKeys, view_commands
 from marinctl.tui.first_read import FirstRead, bucket_guess, params_for
 from marinctl.tui.keys import KeyActions

@@ -1,11 +1,9 @@
 """Metric charts: PlotextPlot subclasses that draw only through their own plotext figures.
 
-Building a plotext frame costs ~10 ms per chart, so the app builds frames in a thread worker
-(`Figures.frame`, one figure per chart key, never shared across keys) and hands them over;
-`render` on the UI thread then just returns the prepared frame. It builds synchronously only
-when no frame fits (a resize). What a frame shows is fully described by its panel (the data)
-and its `FrameSpec` (log-y, y range, cursor, title): a frame is reused while both are the same,
-which is how an unchanged chart is never redrawn.
+Frames (tui/frames.py) are built off the UI thread: in a thread worker (`Figures.frame`, one
+figure per chart key, never shared across keys), or for the first page in the first-read
+helper process. `render` on the UI thread then just returns the prepared frame; it builds
+synchronously only when no frame fits (a resize).
 """
 
 from __future__ import annotations
@@ -18,91 +16,10 @@ from textual import events
 from textual.app import RenderResult
 from textual.message import Message
 from textual_plotext import PlotextPlot
-from textual_plotext.plot import Plot
 
 from marinctl.analysis.chart_axis import Axis
 from marinctl.analysis.chart_data import PanelData
-from marinctl.render.chart import fit_range, paint
-
-
-@dataclass(frozen=True)
-class FrameSpec:
-    """Everything besides the data that decides one chart's frame."""
-
-    logy: bool = False
-    yfit: bool = False                      # `a`: y range around the lines, spikes as ▲ on the edge
-    cursor_step: float | None = None
-    value: str = ""                         # what the cursor reads on this chart (`3.2114 @2,990 [3.19…3.30]`)
-    flags: str = ""                         # `log`, `y:fit`
-    xlim: tuple[float, float] | None = None
-    theme: str = "textual-auto-textual-dark"
-
-
-@dataclass
-class Frame:
-    size: tuple[int, int]
-    token: tuple
-    text: Text
-    plot_cols: tuple[int, int] = (6, 1)     # first and last column of the plot area (for clicks)
-
-
-def build_frame(fig: Plot, panel: PanelData, axis: Axis, spec: FrameSpec, size: tuple[int, int]) -> Frame:
-    """One chart's frame drawn on `fig` (a figure only this chart's frames use).
-
-    plotext centres the title over the plot area and drops it when it does not fit there; the
-    y tick labels' width is known only once drawn, so a title that was dropped is cut to the
-    plot area's width and drawn again (rare: long keys on narrow charts).
-    """
-    ylim = fit_range(panel, spec.logy) if spec.yfit else None
-    room = size[0] - 4
-    for _ in range(2):
-        title = fit_title(panel.key, spec.value, spec.flags, room)
-        paint(fig, panel, width=size[0], height=size[1], logy=spec.logy, cursor_step=spec.cursor_step,
-              title=title, axis=axis, ylim=ylim, xlim=spec.xlim, xlabel=False)
-        fig._set_size(size[0], size[1])
-        fig.theme(spec.theme)
-        text = Text.from_ansi(fig.build())
-        cols = _plot_columns(text.plain)
-        if title in text.plain or room <= 8:
-            break
-        room = min(room - 2, cols[1] - cols[0] - 1)
-    return Frame(size, (id(panel), spec), text, cols)
-
-
-def fit_title(key: str, value: str, flags: str, room: int) -> str:
-    """The title line in `room` columns: its full key and what the cursor reads. When it does not
-    fit the envelope goes first, then the key is cut from the left (its end tells leaves apart)."""
-    room = max(8, room)
-    for shown in (value, value.split(" [")[0]):
-        tail = "  ".join(p for p in (shown, flags) if p)
-        if len(key) + len(tail) + 2 <= room or not tail:
-            return f"{key}  {tail}" if tail else ("…" + key[-room + 1:] if len(key) > room else key)
-    keep = max(6, room - len(tail) - 3)
-    return f"…{key[-keep:]}  {tail}" if len(key) > keep else f"{key}  {tail}"
-
-
-def _plot_columns(plain: str) -> tuple[int, int]:
-    """Where plotext put the plot area: the columns of its left and right frame lines."""
-    for line in plain.splitlines():
-        left, right = line.find("┌"), line.rfind("┐")
-        if left >= 0 and right > left:
-            return left + 1, right - 1
-    lines = plain.splitlines()
-    return (6, max(7, len(lines[0]) - 2)) if lines else (6, 7)
-
-
-class Figures:
-    """The worker side's plotext figures: one per chart key, each used under its own lock."""
-
-    def __init__(self) -> None:
-        self._figs: dict[str, tuple[Plot, threading.Lock]] = {}
-        self._mutex = threading.Lock()
-
-    def frame(self, panel: PanelData, axis: Axis, spec: FrameSpec, size: tuple[int, int]) -> Frame:
-        with self._mutex:
-            fig, lock = self._figs.setdefault(panel.key, (Plot(), threading.Lock()))
-        with lock:
-            return build_frame(fig, panel, axis, spec, size)
+from marinctl.tui.frames import Frame, FrameSpec, build_frame
 
 
 def register_theme(app) -> str:

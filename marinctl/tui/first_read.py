@@ -57,6 +57,7 @@ HELPER_WAIT_S = 60.0     # a plan or first view later than this (the store's loc
 # a run shorter than this is sent with its key list (listing scans its stored rows, ~2.6 ns each:
 # 40 ms for 20k steps × 750 keys); a longer one's list follows its view (0.2 s at 389k steps × 746 keys)
 KEYS_INLINE_STEPS = 20_000
+FRAMES_WAIT_S = 0.5      # the first load waits this long at most for frames the helper is drawing (~8 ms each)
 
 
 def params_for(layout: settings.Layout, ref: str | None) -> ViewParams:
@@ -73,20 +74,24 @@ def bucket_guess(width: int) -> int:
     return int(max(80, min(600, max(60, width - 34))))
 
 
-def terminal_width() -> int:
-    return shutil.get_terminal_size((120, 40)).columns
+def terminal_size() -> tuple[int, int]:
+    """(columns, lines) of the terminal the app will fill."""
+    size = shutil.get_terminal_size((120, 40))
+    return size.columns, size.lines
 
 
-def _plan_and_read(store: Store, target: str | None, width: int, send, *, catch_up: bool) -> None:
-    """Plan TARGET, `send` the plan (or the error), catch a local run up (when `catch_up`), `send` the view."""
+def _plan_and_read(store: Store, target: str | None, terminal: tuple[int, int], send, *, catch_up: bool) -> None:
+    """Plan TARGET, `send` the plan (or the error), catch a local run up and draw the first page
+    (when `catch_up`: in the helper process), `send` the view."""
     # one DuckDB instance from the plan to the first view (each open of the file builds one: ~35 ms)
     # and, for a small catch-up, to the last; else let go after the first view (the app may read)
     with ExitStack() as held:
         held.enter_context(store.held())
-        _plan_and_read_held(store, target, width, send, catch_up=catch_up, release=held.close)
+        _plan_and_read_held(store, target, terminal, send, catch_up=catch_up, release=held.close)
 
 
-def _plan_and_read_held(store: Store, target: str | None, width: int, send, *, catch_up: bool, release) -> None:
+def _plan_and_read_held(store: Store, target: str | None, terminal: tuple[int, int], send, *, catch_up: bool,
+                        release) -> None:
     from marinctl.analysis.watch_view import build_view, key_list, with_keys
     from marinctl.errors import MarinctlError
     from marinctl.sync import plan_watch
@@ -100,7 +105,8 @@ def _plan_and_read_held(store: Store, target: str | None, width: int, send, *, c
         send(("error", type(exc).__name__, exc.message, exc.hint))
         return
     send(("plan", plan))
-    params = replace(params_for(settings.load(store.path), plan[0]), buckets=bucket_guess(width))
+    layout = settings.load(store.path)
+    params = replace(params_for(layout, plan[0]), buckets=bucket_guess(terminal[0]))
     local = local_targets(plan[1]) if catch_up else []
     # a small catch-up is read in the same instance: the app waits at most a few seconds to open the store
     keep = bool(local) and _file_bytes(local) <= HOLD_BYTES
@@ -116,6 +122,10 @@ def _plan_and_read_held(store: Store, target: str | None, width: int, send, *, c
         if not keep:
             release()
         send(("view", (keyed or shown).params, keyed or shown))
+        if not viewed and catch_up and not catching_up and shown.error is None:
+            # what is stored, sent while the app still starts (drawn here on the other core); a view
+            # sent from inside a catch-up comes when the app waits for it, and it draws its own
+            _draw_first_page(store, keyed or shown, layout, terminal, send)
         if not viewed:
             if catch_up:                     # the helper process (read in a thread, the app resumes it)
                 startup.resume()             # the collector the CLI paused, for a catch-up of any length
@@ -130,9 +140,11 @@ def _plan_and_read_held(store: Store, target: str | None, width: int, send, *, c
             send(("view", keyed.params, keyed))
         send(("keys", shown.ref, keys))
 
+    catching_up = False
     if plan[0] is not None or not local:
         view()     # what is stored, at once; the file is caught up after
     if local:
+        catching_up = True
         changed = _catch_up(store, local, send, first=None if viewed else view)
         if changed or not viewed:
             if params.ref is None and changed:
@@ -142,6 +154,32 @@ def _plan_and_read_held(store: Store, target: str | None, width: int, send, *, c
             send(("changed", changed))
     elif not viewed:
         view()
+
+
+def _draw_first_page(store: Store, view: View, layout: settings.Layout, terminal: tuple[int, int], send) -> None:
+    """`send` the frames of `view`'s first page, drawn here while the app imports Textual and lays
+    its screen out (in the app they took ~60–150 ms of the CPU it starts on, before the first chart).
+    Sized for the page the app will lay out on `terminal` (`frames.page_size_guess`), drawn with the
+    choices it starts with and in stand-in colours (the theme is Textual's): `FirstRead.take_frames`
+    hands them to the first load when all of that holds, recoloured; else the app draws its own."""
+    from marinctl.tui import frames as F
+    from marinctl.tui.paint import ChartState, cursor_values, page_frames
+
+    send(("drawing",))
+    try:
+        state = ChartState(logy_keys=frozenset(layout.logy))
+        page = F.page_size_guess(terminal, layout)
+        values = cursor_values(store, view, state, wait=False)
+        job = {"state": state, "theme": F.stand_in_theme(), "page": page, "system": None, "shown": {},
+               "figures": F.Figures(), "layout": None, "sizes": {}}
+        frames = page_frames(view, job, values)
+        drawn = {f.token[0] for f in frames.values()}
+        panels = {p.key: p for p in view.panels if id(p) in drawn}
+    except Exception:  # noqa: BLE001 — the app draws them itself
+        send(("frames", None))
+        return
+    send(("frames", {"params": view.params, "state": state, "page": page, "values": values, "panels": panels,
+                     "frames": frames}))
 
 
 def _file_bytes(paths: list[str]) -> int:
@@ -199,17 +237,20 @@ class FirstRead:
         self._keys: tuple[str | None, list[str]] | None = None   # (ref, its keys) sent with the newest view
         self._keyed = threading.Event()
         self._keys_asked = False
+        self._drawing = threading.Event()          # the helper draws the first page's frames
+        self._drawn = threading.Event()            # ... and has sent them (or said it could not)
+        self._frames: dict | None = None
         self._retired = False
         self._lock = threading.Lock()
         self._done = threading.Event()             # the helper has exited (the follower may take the lock)
         self._listener = None
         self._pending: list[tuple] = []            # ("changed", runs) / ("progress", text) / ("warn", text)
-        self._pid = self._fork(terminal_width()) if _may_fork() else None
+        self._pid = self._fork(terminal_size()) if _may_fork() else None
         if self._pid is None:
             threading.Thread(target=self._here, name="marinctl-first-read", daemon=True).start()
 
     # -- the helper process ----------------------------------------------------------------
-    def _fork(self, width: int) -> int | None:
+    def _fork(self, terminal: tuple[int, int]) -> int | None:
         r, w = os.pipe()
         try:
             pid = os.fork()
@@ -225,7 +266,7 @@ class FirstRead:
                 for fd in (0, 1, 2):
                     os.dup2(null, fd)
                 sys.stdout = sys.stderr = open(os.devnull, "w")
-                _plan_and_read(self._store, self._target, width, lambda m: _send(w, m), catch_up=True)
+                _plan_and_read(self._store, self._target, terminal, lambda m: _send(w, m), catch_up=True)
             except BaseException:  # noqa: BLE001 — the parent then does the work itself
                 pass
             finally:
@@ -244,6 +285,12 @@ class FirstRead:
                         self._planned.set()
                     elif message[0] in ("view", "keys"):
                         self._keep(message)
+                    elif message[0] == "drawing":
+                        self._drawing.set()
+                    elif message[0] == "frames":
+                        with self._lock:
+                            self._frames = message[1]
+                        self._drawn.set()
                     else:
                         self._tell(message)
         except Exception:  # noqa: BLE001 — a broken helper: whatever did not arrive is done here
@@ -265,7 +312,7 @@ class FirstRead:
         (self._viewed if message[0] == "view" else self._keyed).set()
 
     def _ended(self) -> None:
-        for event in (self._planned, self._viewed, self._keyed, self._done):
+        for event in (self._planned, self._viewed, self._keyed, self._drawn, self._done):
             event.set()
 
     # -- no fork: the same work in a thread ------------------------------------------------
@@ -278,7 +325,7 @@ class FirstRead:
                 self._planned.set()
 
         try:
-            _plan_and_read(self._store, self._target, terminal_width(), keep, catch_up=False)
+            _plan_and_read(self._store, self._target, terminal_size(), keep, catch_up=False)
         except Exception:  # noqa: BLE001 — `plan()` plans again and reports it; the first load reads afresh
             pass
         finally:
@@ -344,6 +391,31 @@ class FirstRead:
                 return None
             self._fresh = False
             return self._view
+
+    def take_frames(self, view: View, job: dict[str, Any]) -> tuple[dict, dict] | None:
+        """(cursor values, frames by chart slot) of the first page the helper drew, recoloured in
+        the app's theme, when they were drawn from `view`'s very data for the page size and the
+        choices `job` holds (tui/workers.py `_paint_job`); else None. Handed out once; waits at most
+        FRAMES_WAIT_S for frames the helper is still drawing."""
+        from marinctl.tui.frames import Frame, chart_slot, recoloured
+
+        if self._drawing.is_set():
+            self._drawn.wait(FRAMES_WAIT_S)
+        with self._lock:
+            drawn, self._frames = self._frames, None
+        if drawn is None or view.error or not _answers(view.params, drawn["params"]) \
+                or drawn["state"] != job["state"] or tuple(drawn["page"]) != tuple(job["page"]):
+            return None
+        panels = {p.key: p for p in view.panels}
+        if any(k not in panels or not panels[k].same_as(p) for k, p in drawn["panels"].items()):
+            return None
+        keys = {chart_slot(s, k): k for s in view.sections for k in s.keys}
+        frames = {}
+        for slot, f in drawn["frames"].items():
+            if keys.get(slot) in drawn["panels"]:
+                spec = replace(f.token[1], theme=job["theme"])
+                frames[slot] = Frame(f.size, (id(panels[keys[slot]]), spec), recoloured(f.text, job["theme"]), f.plot_cols)
+        return drawn["values"], frames
 
     def take_keys(self, ref: str | None) -> list[str] | None:
         """The key list the helper sent with its newest view, if it is run `ref`'s and was not

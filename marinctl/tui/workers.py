@@ -14,13 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from textual.worker import get_current_worker
 
-from marinctl.analysis.chart_data import Logged, Marker, PanelData
+from marinctl.analysis.chart_data import Marker, PanelData
 from marinctl.analysis.watch_view import View, ViewParams, build_view, key_list
 from marinctl.errors import MarinctlError, RuntimeFailure
 from marinctl.tui import messages as msg
 from marinctl.tui.charts import register_theme
-from marinctl.tui.paint import ChartState, spec_for, view_cursor
-from marinctl.tui.widgets.grid import chart_size_for, chart_sizes_for, chart_slot
+from marinctl.tui.paint import cursor_values, page_frames
 
 if TYPE_CHECKING:
     from marinctl.tui.app import WatchApp
@@ -90,8 +89,12 @@ class Workers:
             self.post_message(msg.ViewLoaded(None, {}, generation, error=f"could not read the store: {exc}"))
             return
         _keep_unchanged(view, job["old"])
-        values = _exact_values(self.store, view, job["state"], wait=self._store_free())
-        frames = _frames(view, job, values)
+        drawn = early.take_frames(view, job) if early is not None else None     # the helper's first page
+        if drawn is not None:
+            values, job = drawn[0], {**job, "early": drawn[1]}
+        else:
+            values = cursor_values(self.store, view, job["state"], wait=self._store_free())
+        frames = page_frames(view, job, values, _cancelled)
         self.post_message(msg.ViewLoaded(view, frames, generation, view.version, values=values))
 
     def _store_free(self: WatchApp) -> bool:
@@ -101,10 +104,10 @@ class Workers:
         return early is None or early.wait_done(0)
 
     def _paint_worker(self: WatchApp, view: View, job: dict[str, Any]) -> None:
-        values = _exact_values(self.store, view, job["state"], wait=self._store_free())
+        values = cursor_values(self.store, view, job["state"], wait=self._store_free())
         if get_current_worker().is_cancelled:
             return
-        self.post_message(msg.FramesReady(_frames(view, job, values), values=values, view=view))
+        self.post_message(msg.FramesReady(page_frames(view, job, values, _cancelled), values=values, view=view))
 
     def _sync_worker(self: WatchApp, targets: list[str]) -> None:
         from marinctl.store import synclock
@@ -163,6 +166,10 @@ class Workers:
         self.post_message(msg.PaneLoaded(pane))
 
 
+def _cancelled() -> bool:
+    return get_current_worker().is_cancelled
+
+
 def _keep_unchanged(view: View, old: dict[str, PanelData]) -> None:
     """Hand back the previous panel object where the data is the same: its chart is then not redrawn."""
     for panels in (view.panels, view.system_panels):
@@ -170,62 +177,3 @@ def _keep_unchanged(view: View, old: dict[str, PanelData]) -> None:
             prev = old.get(panel.key)
             if prev is not None and prev.same_as(panel):
                 panels[i] = prev
-
-
-def _exact_values(store, view: View, state: ChartState, *, wait: bool = True) -> dict[str, Logged]:
-    """What the cursor reads on each chart: from the envelopes when they can tell, else from the store
-    (not waiting for another process's hold on it unless `wait`)."""
-    from marinctl.store.series import values_at_or_before
-
-    if view.error or view.axis is None:
-        return {}
-    step = view_cursor(view, state)
-    values = view.readout(step)
-    missing = [p.key for p in view.panels + view.system_panels if p.key not in values]
-    if not missing:
-        return values
-    try:
-        from marinctl.store.lineage import resolve_target
-
-        with store.connect(lock_timeout=None if wait else 0.0) as con:
-            target = resolve_target(con, view.params.ref, stitched=True)
-            got = values_at_or_before(con, target.segments, missing, step, since=view.lo)
-    except Exception:  # noqa: BLE001 — the readout then says '…' for those keys
-        return values
-    panels = {p.key: p for p in view.panels + view.system_panels}
-    for key, (s, v) in got.items():
-        env = panels[key].envelope_around(s)
-        values[key] = Logged(s, v, *(env or (None, None)))
-    return values
-
-
-def _frames(view: View, job: dict[str, Any], values: dict[str, Logged]) -> dict[str, Any]:
-    """Frames for every chart of the view at the size it will have on screen, by chart slot (a key
-    shown twice, in the overview and in its own section, may have two sizes: one frame each)."""
-    if view.error or view.axis is None:
-        return {}
-    headers = len(view.sections)
-    size = chart_size_for(*job["page"], view.params.cols, view.params.rows, headers)
-    # on an unchanged layout each chart's real size; else each one's place in the grid to come
-    guess = chart_sizes_for(*job["page"], view.params.cols, view.params.rows, view.sections)
-    same = job["layout"] == (view.params.cols, view.params.rows, headers)
-    panels = {p.key: p for p in view.panels}
-    slots = [(chart_slot(s, k), panels[k]) for s in view.sections for k in s.keys if k in panels]
-    sized = [(slot, p, (job["sizes"] if same else guess).get(slot, guess.get(slot, size))) for slot, p in slots]
-    if job["system"] is not None:
-        sized += [(p.key, p, job["system"]) for p in view.system_panels]
-    worker = get_current_worker()
-    out, built = {}, {}
-    for slot, panel, sz in sized:
-        if worker.is_cancelled:
-            break
-        if (panel.key, sz) not in built:
-            spec = spec_for(view, panel.key, job["state"], values, job["theme"])
-            shown = job["shown"].get(slot)
-            # the frame on screen when it is this very panel drawn the same way (`_keep_unchanged`):
-            # a re-read that changed nothing (the key list arriving, an idle poll) redraws nothing
-            fits = shown is not None and shown.size == sz and shown.token == (id(panel), spec)
-            built[panel.key, sz] = shown if fits else job["figures"].frame(panel, view.axis, spec, sz)
-        out[slot] = built[panel.key, sz]
-    return out
-

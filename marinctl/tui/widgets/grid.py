@@ -18,34 +18,7 @@ from textual.widgets import Static
 from marinctl.analysis.metric_pages import Section
 from marinctl.text import inert
 from marinctl.tui.charts import MetricChart
-
-MIN_CHART_HEIGHT = 6
-
-
-def chart_size_for(width: int, height: int, cols: int, rows: int, headers: int) -> tuple[int, int]:
-    """The size of each chart on a page of `width`×`height` cells (what a worker builds frames for)."""
-    return (max(10, (width - (cols - 1)) // max(1, cols)),
-            max(MIN_CHART_HEIGHT, (height - headers) // max(1, rows)))
-
-
-def chart_slot(section: Section, key: str) -> str:
-    """A chart's place on the page: a curated key shows in the overview and in its own section."""
-    return f"{section.name}|{key}"
-
-
-def chart_sizes_for(width: int, height: int, cols: int, rows: int, sections) -> dict[str, tuple[int, int]]:
-    """Each chart's size (by `chart_slot`) on a page of `width`×`height` cells laid out as `sections`:
-    the columns share the width as Textual's grid shares `1fr` columns (cumulative rounding: the
-    remainder goes to the later ones), so a first frame built in a worker fits and is not drawn again."""
-    _, h = chart_size_for(width, height, cols, rows, len(sections))
-    free = max(0, width - (cols - 1))
-    widths = [max(10, (i + 1) * free // cols - i * free // cols) for i in range(cols)]
-    out: dict[str, tuple[int, int]] = {}
-    for section in sections:
-        for i, key in enumerate(section.keys):
-            out[chart_slot(section, key)] = (widths[i % cols], h)
-    return out
-
+from marinctl.tui.frames import chart_size_for, chart_slot
 
 class SectionHeader(Static):
     """`▾ params/norm/  (600 keys)`: click folds or unfolds the section."""
