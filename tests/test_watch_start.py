@@ -273,6 +273,41 @@ def test_the_first_view_does_not_wait_for_the_key_list(run_dir, tmp_path):
     assert logged <= set(keys) and keys == sorted(keys), keys
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the helper process needs fork")
+def test_a_short_run_s_key_list_does_not_wait_for_the_helper_s_frames(run_dir, tmp_path):
+    """A short run's key list comes with its view; the helper then draws the first page's frames.
+    The app's keys worker (the page count, the filter) waited for those frames too: the list was
+    sent after them. Drawing is slowed here; the list still comes at once."""
+    wandb_dir, _ = run_dir
+    home = tmp_path / "home"
+    synced = subprocess.run([sys.executable, "-m", "marinctl", "sync", str(wandb_dir)], capture_output=True, text=True,
+                            cwd=ROOT, env=_env(home), timeout=120)
+    assert synced.returncode == 0, synced.stderr
+    done = _first_read_in_a_fresh_process(wandb_dir, home, '''
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
+        from marinctl.tui import frames
+        real = frames.page_size_guess          # called once the helper has said it draws
+        def slow(*args, **kwargs):
+            time.sleep(5)
+            return real(*args, **kwargs)
+        frames.page_size_guess = slow
+        store = Store(os.path.join(home, "marinctl.duckdb"))
+        early = first_read.FirstRead(store, wandb_dir)
+        assert early._pid is not None, "no helper forked"
+        ref, _ = early.plan()
+        t0 = time.monotonic()
+        keys = early.take_keys(ref)
+        keyed = time.monotonic() - t0
+        assert early._drawing.is_set() and not early._drawn.is_set(), "the frames were not being drawn"
+        print(f"{keyed:.2f}", " ".join(keys or []))
+        early.stop()
+    ''')
+    assert done.returncode == 0, done.stderr
+    keyed, *keys = done.stdout.split()
+    assert float(keyed) < 3, done.stdout
+    assert {"train/loss", "grad/norm/total", "optim/learning_rate"} <= set(keys), keys
+
+
 def test_a_process_with_threads_reads_the_first_view_itself(run_dir, tmp_path, monkeypatch):
     """FirstRead forks only a single-threaded process; in one with threads (this test runner, a
     library caller) it plans and reads in a thread instead, and never forks."""

@@ -122,6 +122,8 @@ def _plan_and_read_held(store: Store, target: str | None, terminal: tuple[int, i
         if not keep:
             release()
         send(("view", (keyed or shown).params, keyed or shown))
+        if keyed is not None:
+            send(("keys", shown.ref, keys))
         if not viewed and catch_up and not catching_up and shown.error is None:
             # what is stored, sent while the app still starts (drawn here on the other core); a view
             # sent from inside a catch-up comes when the app waits for it, and it draws its own
@@ -138,7 +140,9 @@ def _plan_and_read_held(store: Store, target: str | None, terminal: tuple[int, i
             keys = keys if keys is not None else key_list(store, shown.ref)
             keyed = with_keys(shown, keys) or build_view(store, replace(params, all_keys=tuple(keys)))
             send(("view", keyed.params, keyed))
-        send(("keys", shown.ref, keys))
+            send(("keys", shown.ref, keys))
+        elif shown.error is not None:
+            send(("keys", shown.ref, None))
 
     catching_up = False
     if plan[0] is not None or not local:
