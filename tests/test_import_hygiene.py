@@ -66,6 +66,17 @@ from wandb.proto import wandb_internal_pb2 as pb
 assert pb.Record().SerializeToString() == b""
 """
 
+_CATCH_UP_CHILD = f"""
+import sys
+from marinctl import paths
+from marinctl.store import open_store
+from marinctl.tui import first_read
+sent = []
+first_read._plan_and_read(open_store(paths.db_path()), sys.argv[1], (160, 50), sent.append, catch_up=True)
+assert [m[0] for m in sent if m[0] in ("plan", "view", "changed")][:2] == ["plan", "view"], sent
+print({_HEAVY_LOADED})
+"""
+
 _WATCH_CHILD = f"""
 import asyncio, os, sys
 sys.path.insert(0, os.getcwd())
@@ -83,7 +94,8 @@ print({_HEAVY_LOADED})
 def test_a_local_run_syncs_without_the_wandb_sdk_and_draws_without_pyarrow(tmp_path):
     """Decoding a `.wandb` file loads wandb's protobufs alone, not the SDK (~0.5 s, ~40 MB) nor the HTTP client, and the
     first frame of a run stored as long rows needs no pyarrow (~25 MiB: exported parts only) nor DuckDB's Python
-    package (~55 ms: reads use its compiled core, store/engine.py); the sync's Arrow writes load it and work."""
+    package (~55 ms: reads use its compiled core, store/engine.py); the sync's Arrow writes load it and work. The
+    watch helper's catch-up of a run never synced (its first view waits for it) writes history without it."""
     from tests.blackbox import sdk_env, sdk_write
 
     out = tmp_path / "runs"
@@ -93,11 +105,11 @@ def test_a_local_run_syncs_without_the_wandb_sdk_and_draws_without_pyarrow(tmp_p
             run.log({"train/loss": 5.0 - 0.01 * s}, step=s)
         run.finish()
     ''')
-    env = {**sdk_env(), "MARINCTL_HOME": str(tmp_path / "home")}
     loaded = []
-    for child in (_SYNC_CHILD, _WATCH_CHILD):
+    for child, home in ((_CATCH_UP_CHILD, "fresh"), (_SYNC_CHILD, "home"), (_WATCH_CHILD, "home")):
+        env = {**sdk_env(), "MARINCTL_HOME": str(tmp_path / home)}
         proc = subprocess.run([sys.executable, "-c", child, str(out / "wandb")], capture_output=True, text=True,
                               cwd=ROOT, env=env, timeout=120)
         assert proc.returncode == 0, proc.stderr[-3000:]
         loaded.append(proc.stdout.strip().splitlines()[-1])
-    assert loaded == ["['duckdb', 'pyarrow']", "[]"]
+    assert loaded == ["['pyarrow']", "['duckdb', 'pyarrow']", "[]"]

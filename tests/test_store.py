@@ -217,3 +217,28 @@ def test_a_writer_checks_and_migrates_on_its_own_connection(tmp_path):
         with store.connect() as con:
             assert con.execute("SELECT max(version) FROM schema_migrations").fetchall() == [(schema.latest_version(),)]
         assert opens == [False, True]
+
+
+def test_replace_range_stores_every_value_bit_for_bit_and_interns_keys_once(store):
+    """The write path scans NumPy columns (no DuckDB package import), where a NaN reads as NULL:
+    NaN, ±inf, -0.0 and a subnormal come back as logged, a null stays null, keys are shared."""
+    import struct
+
+    odd = [1.0, float("nan"), float("inf"), float("-inf"), -0.0, 5e-324]
+    keys = pa.chunked_array([["a", "b", "a"], ["c", "b", "a"]], pa.string())     # two chunks, as Arrow hands them
+    batch = pa.table({"step": pa.array(range(6), pa.int64()), "key": keys, "value": pa.array(odd, pa.float64())})
+    with store.transaction() as con:
+        one, two = upsert_run(con, _run("odd-1")), upsert_run(con, _run("odd-2"))
+        assert M.replace_range(con, one, batch, 0, 6) == 6
+        M.replace_range(con, two, _batch([0, 1], "b", [2.0, 3.0]), 0, 2)
+        M.replace_range(con, two, pa.table({"step": pa.array([2], pa.int64()), "key": pa.array(["c"]),
+                                            "value": pa.array([None], pa.float64())}), 2, 3)
+    with store.connect() as con:
+        rows = con.execute("SELECT m.run_pk, k.key, m.step, m.value FROM metrics m JOIN metric_keys k USING (key_id)"
+                           " ORDER BY m.run_pk, m.step").fetchall()
+        interned = con.execute("SELECT key FROM metric_keys ORDER BY key").fetchall()
+    bits = [struct.pack("<d", v) for v in odd]
+    assert [(k, s) for pk, k, s, _ in rows if pk == one] == [("a", 0), ("b", 1), ("a", 2), ("c", 3), ("b", 4), ("a", 5)]
+    assert [struct.pack("<d", v) for pk, _, _, v in rows if pk == one] == bits
+    assert [(k, s, v) for pk, k, s, v in rows if pk == two] == [("b", 0, 2.0), ("b", 1, 3.0), ("c", 2, None)]
+    assert interned == [("a",), ("b",), ("c",)]

@@ -6,7 +6,8 @@ uses it: connections, queries, fetches and the error classes belong to the compi
 (`_duckdb`), the very classes the package re-exports. Two things do need the package's set-up:
 scanning an Arrow table registered on a connection, and building a relation (`con.sql`). They go
 through `register` and `relation` below, which load it first, once; connections opened before
-that work with it too.
+that work with it too. The history writer hands the core NumPy columns instead (`metrics.replace_range`),
+so a `watch` catching a run up loads none of it.
 """
 
 from __future__ import annotations

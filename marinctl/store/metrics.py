@@ -64,17 +64,53 @@ def replace_range(
         parts.cut(con, run_pk, lo, hi)
     if batch.num_rows == 0:
         return 0
-    engine.register(con, "_batch", batch)
+    columns = _interned(con, batch)
+    if columns is None:                   # nulls in the batch: Arrow's scan keeps them as they are
+        engine.register(con, "_batch", batch)
+        try:
+            ensure_keys(con)
+            con.execute(
+                "INSERT INTO metrics SELECT ?, k.key_id, b.step, b.value FROM _batch b"
+                " JOIN metric_keys k ON k.key = b.key ORDER BY k.key_id, b.step",
+                [run_pk],
+            )
+        finally:
+            con.unregister("_batch")
+        return batch.num_rows
+    con.register("_batch", columns)
     try:
-        ensure_keys(con)
-        con.execute(
-            "INSERT INTO metrics SELECT ?, k.key_id, b.step, b.value FROM _batch b"
-            " JOIN metric_keys k ON k.key = b.key ORDER BY k.key_id, b.step",
-            [run_pk],
-        )
+        value = "CASE WHEN b.nan THEN 'NaN'::DOUBLE ELSE b.value END" if "nan" in columns else "b.value"
+        con.execute(f"INSERT INTO metrics SELECT ?, b.key_id, b.step, {value} FROM _batch b ORDER BY b.key_id, b.step",
+                    [run_pk])
     finally:
         con.unregister("_batch")
     return batch.num_rows
+
+
+def _interned(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> dict[str, np.ndarray] | None:
+    """`batch` as NumPy columns with its keys interned (key_id, step, value, and `nan` where it has
+    NaNs: DuckDB reads a NumPy NaN as NULL), or None when it holds nulls. DuckDB's compiled core
+    scans NumPy arrays itself; an Arrow table needs the package's Python layer (store/engine.py),
+    whose import (~45 ms) held up the first view of a `watch` on a run never synced."""
+    import pyarrow as pa
+
+    if any(batch.column(c).null_count for c in ("step", "key", "value")):
+        return None
+    keys = batch.column("key").combine_chunks()
+    if pa.types.is_dictionary(keys.type):
+        keys = keys.cast(pa.string())
+    enc = keys.dictionary_encode()
+    names = enc.dictionary.to_pylist()
+    con.execute("INSERT INTO metric_keys (key) SELECT k FROM unnest(?::VARCHAR[]) t(k)"
+                " WHERE k NOT IN (SELECT key FROM metric_keys)", [names])
+    ids = dict(con.execute("SELECT key, key_id FROM metric_keys WHERE key IN (SELECT unnest(?::VARCHAR[]))",
+                           [names]).fetchall())
+    columns = {"key_id": np.array([ids[n] for n in names], np.int32)[enc.indices.to_numpy(zero_copy_only=False)],
+               "step": batch.column("step").to_numpy(), "value": batch.column("value").to_numpy()}
+    nan = np.isnan(columns["value"])
+    if nan.any():
+        columns["nan"] = nan
+    return columns
 
 
 def merge_range(con: duckdb.DuckDBPyConnection, run_pk: int, batch: pa.Table, lo: int, hi: int, *,
