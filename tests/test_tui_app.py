@@ -72,6 +72,10 @@ async def test_first_frames_are_built_in_the_worker_at_the_size_the_grid_gives(w
     app = WatchApp(None, 30, store=watch_store, autosync=False)
     async with app.run_test(size=size) as pilot:
         await loaded(pilot, app)
+        # the key list's read can rebuild the page just after `loaded`: compare once it is laid out
+        await wait_for(pilot, lambda: not any(w.is_running for w in app.workers)
+                       and all(c.size.width > 0 for c in app._page.charts.values()))
+        await pilot.pause(0.1)
         shown = list(app._page.charts.values())
         assert shown and all(c._frame is not None for c in shown)
         assert [(c.key, c._frame.size) for c in shown] == [(c.key, (c.size.width, c.size.height)) for c in shown]

@@ -137,6 +137,29 @@ async def test_i_shows_the_run_pane_and_its_search_filters_config(db):
         assert "Config (" not in text
 
 
+async def test_a_run_pane_loaded_before_its_search_box_exists_is_drawn_once_it_does():
+    """The pane's data can come (from a first read started before the screen) before the pane has
+    composed its search box: `show` then raised NoMatches out of the message handler (seen in CI on
+    `watch` opened with the run pane remembered open)."""
+    from textual.app import App
+
+    from marinctl.analysis.run_panes import RunPane
+    from marinctl.tui.capture import screen_text
+    from marinctl.tui.widgets.panes import RunPaneView
+
+    class Host(App):
+        def on_mount(self) -> None:
+            pane = RunPaneView(id="run-pane")
+            self.mount(pane)
+            pane.show(RunPane("synthetic-run", [("state", "finished")], [("lr", "0.001")]))
+
+    app = Host()
+    async with app.run_test(size=(80, 20)) as pilot:
+        await pilot.pause(0.1)
+        text = screen_text(app)
+    assert "finished" in text and "Config (1)" in text
+
+
 async def test_focused_chart_has_its_own_log_y_y_range_and_full_screen(db):
     app = open_watch(db, "hero")
     async with run_test(app) as pilot:

@@ -44,15 +44,19 @@ class RunPaneView(Vertical):
         self.border_title = f"run · {inert(pane.run, single_line=True)}" if pane else "run"
         self._draw()
 
+    def on_mount(self) -> None:
+        self._draw()        # a pane shown before the search box was composed is drawn now
+
     def on_input_changed(self, event: Input.Changed) -> None:
         event.stop()
         self._draw()
 
     def _draw(self) -> None:
         pane = self.pane
-        if pane is None:
+        search = next(iter(self.query("#pane-search").results(Input)), None)
+        if pane is None or search is None:
             return
-        query = self.query_one("#pane-search", Input).value.strip()
+        query = search.value.strip()
         self.query_one("#pane-overview", Static).update(_table(pane.overview))
         for name, rows in (("config", pane.config), ("summary", pane.summary), ("console", pane.console)):
             shown = matching_rows(rows, query)
