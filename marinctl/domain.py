@@ -38,6 +38,7 @@ class RunInfo:
     history_line_count: int | None = None
     path: str | None = None
     url: str | None = None
+    environment: dict[str, Any] | None = None   # os, python, host, hardware …; None: this read said nothing of it
 
     @property
     def uid(self) -> str:

@@ -146,6 +146,49 @@ async def test_m_shows_the_stats_a_local_run_recorded(stats_run, cli, tmp_path):
         assert "no system metrics stored" not in text
 
 
+def wandb_read_environment(path: Path) -> dict:
+    """The file's environment records as W&B's own reader decodes them, merged in file order
+    (less the writer's id and the user's e-mail, which marinctl does not keep)."""
+    exe = Path(sys.executable).with_name("wandb")
+    proc = subprocess.run([str(exe), "leet", "inspect", "--json", str(path)], capture_output=True, text=True,
+                          timeout=60, env=sdk_env())
+    assert proc.returncode == 0, proc.stderr
+    env: dict = {}
+    for line in proc.stdout.splitlines():
+        rec = json.loads(line)
+        if rec.get("type") == "environment":
+            env.update(rec["environment"])
+    return {k: v for k, v in env.items() if k not in ("writer_id", "email")}
+
+
+def test_local_environment_records_are_stored_as_wandb_reads_them(stats_run, cli):
+    """LEET's environment sidebar, kept: os, python, host, program, CPU, memory, disk … as W&B reads them."""
+    run_id, path = stats_run
+    want = wandb_read_environment(path)
+    assert {"os", "python", "host", "cpu_count", "memory"} <= set(want), want
+    run_cli(cli, "sync", str(path))
+    code, out, err = cli("sql", f"SELECT environment FROM runs WHERE run_id = '{run_id}'", "--json")
+    assert code == 0, err
+    assert json.loads(json.loads(out)[0]["environment"]) == want
+
+
+@pytest.mark.asyncio
+async def test_i_shows_the_environment_a_local_run_ran_in_and_search_finds_it(stats_run, cli, tmp_path):
+    run_id, path = stats_run
+    want = wandb_read_environment(path)
+    run_cli(cli, "sync", str(path))
+    app = open_watch(tmp_path / "home" / "marinctl.duckdb", run_id)
+    async with run_test(app) as pilot:
+        await wait_for_text(pilot, "train/loss")
+        await pilot.press("i")
+        text = await wait_for_text(pilot, "Environment (", "Config (")
+        assert "Config (0)" in text and "cpu_count" in text        # the SDK run has no config
+        await pilot.click("#pane-search")
+        await pilot.press(*"cpython")
+        text = await wait_for_text(pilot, "Environment (1 of ")
+        assert want["python"] in text and "cpu_count" not in text
+
+
 LIVE_WRITER = textwrap.dedent(r'''
     import os, sys, time
     import wandb

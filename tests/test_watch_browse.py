@@ -294,3 +294,22 @@ async def test_curly_brackets_resize_the_run_pane_and_it_is_remembered(db):
     again = open_watch(db, "hero")
     async with run_test(again) as pilot:                            # the run pane and its width come back
         assert pane_width(await wait_for_text(pilot, "╭─ run ·", "Config (")) == before + 6
+
+
+async def test_dragging_a_pane_s_left_border_resizes_the_panes_and_it_is_remembered(db):
+    """The mouse resizes the side panes as LEET's resizable panes do: press on the left border, drag."""
+    app = open_watch(db, "hero")
+    async with run_test(app) as pilot:
+        await ready(pilot)
+        await pilot.press("i")
+        before = pane_width(await wait_for_text(pilot, "╭─ run ·", "Config ("))
+        edge = app.size.width - before
+        await pilot.mouse_down(None, offset=(edge, 10))
+        await pilot.hover(None, offset=(edge - 5, 10))
+        await pilot.mouse_up(None, offset=(edge - 10, 10))
+        assert pane_width(await settle(pilot)) == before + 10
+        await pilot.click(None, offset=(edge - 40, 20))           # a click elsewhere drags nothing
+        assert pane_width(await settle(pilot)) == before + 10
+    again = open_watch(db, "hero")
+    async with run_test(again) as pilot:
+        assert pane_width(await wait_for_text(pilot, "╭─ run ·", "Config (")) == before + 10

@@ -1,5 +1,5 @@
 """The run panes' contents: who the run is (overview), what it was told (config), where it ended
-(summary), and what it printed last (console).
+(summary), where it ran (environment) and what it printed last (console).
 
 `run_pane` reads once per run (a worker does, when the pane opens or the run changes); the
 pane filters the rows as the user types, without reading again. Values are plain text
@@ -17,6 +17,7 @@ from marinctl import numbers as N
 from marinctl.analysis.run_header import HeaderStats, header_stats
 from marinctl.analysis.schedule import config_of
 from marinctl.store import Connection
+from marinctl.store import runs as R
 from marinctl.store import series as S
 from marinctl.store.lineage import Target
 
@@ -30,10 +31,14 @@ class RunPane:
     config: list[Row] = field(default_factory=list)
     summary: list[Row] = field(default_factory=list)
     console: list[Row] = field(default_factory=list)     # (`@step`, line), oldest first
+    environment: list[Row] | None = None                 # None: no source said (a W&B run, an old sync)
 
 
 def flatten(doc: Any, prefix: str = "") -> list[Row]:
-    """Nested dicts as sorted `a.b.c  value` rows (lists and scalars as compact JSON)."""
+    """Nested dicts as sorted `a.b.c  value` rows (lists and scalars as compact JSON); an empty
+    document has no rows (a nested empty dict is a row `a.b  {}`)."""
+    if isinstance(doc, dict) and not doc and not prefix:
+        return []
     if isinstance(doc, dict) and doc:
         rows: list[Row] = []
         for k in sorted(doc, key=str):
@@ -111,5 +116,7 @@ def run_pane(con: Connection, target: Target, stats: HeaderStats | None = None, 
     summary = summary if isinstance(summary, dict) else {}
     console = [(f"@{N.count(step)}" if step is not None else N.DASH, line)
                for step, line in S.console_tail(con, [r["uid"] for r in target.runs], console_lines)]
+    env = R.environment(con, target.leaf["uid"]) if target.leaf.get("uid") else None
     return RunPane(target.name, overview_rows(con, target, stats), flatten(config_of(target.leaf)),
-                   flatten({k: v for k, v in summary.items() if not str(k).startswith("_wandb")}), console)
+                   flatten({k: v for k, v in summary.items() if not str(k).startswith("_wandb")}), console,
+                   flatten(env) if env is not None else None)

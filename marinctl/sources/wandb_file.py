@@ -43,8 +43,9 @@ _SEED = {t: zlib.crc32(bytes([t])) for t in (FULL, FIRST, MIDDLE, LAST)}
 # Record.record_type oneof field numbers (wandb_internal.proto).
 HISTORY, SUMMARY, OUTPUT, CONFIG, FILES, STATS = 2, 3, 4, 5, 6, 7
 TELEMETRY, OUTPUT_RAW, RUN, EXIT, FINAL, HEADER_REC, FOOTER = 11, 13, 17, 18, 20, 21, 22
+ENVIRONMENT = 26
 _NOT_TYPE = frozenset({1, 16, 19, 200})  # num, control, uuid, _info: not the oneof
-KEEP = frozenset({HISTORY, SUMMARY, CONFIG, OUTPUT_RAW, RUN, EXIT, STATS})
+KEEP = frozenset({HISTORY, SUMMARY, CONFIG, OUTPUT_RAW, RUN, EXIT, STATS, ENVIRONMENT})
 
 
 @dataclass

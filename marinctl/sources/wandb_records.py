@@ -117,6 +117,7 @@ class Window:
     console: list[tuple[str, str, int | None, float | None]] = field(default_factory=list)
     # (stream, text fragment, history step logged before it or None, unix time or None)
     system: list[tuple[float, str, float]] = field(default_factory=list)   # (unix time, `system.` key, value)
+    environment: dict[str, Any] | None = None         # the environment records' fields, when the window has any
 
 
 def decode_window(records: list, meta: dict, config: dict, summary: dict) -> Window:
@@ -124,7 +125,7 @@ def decode_window(records: list, meta: dict, config: dict, summary: dict) -> Win
     stats = [payload for _end, rt, payload in records if rt == wf.STATS]
     if stats:   # the rest below reads records by position (a summary right before its history)
         records = [r for r in records if r[1] != wf.STATS]
-    hist, runs, configs, outputs, exits = [], [], [], [], []
+    hist, runs, configs, outputs, exits, envs = [], [], [], [], [], []
     for i, (_end, rt, payload) in enumerate(records):
         if rt == wf.HISTORY:
             hist.append(payload)
@@ -136,6 +137,8 @@ def decode_window(records: list, meta: dict, config: dict, summary: dict) -> Win
             outputs.append((i, payload))
         elif rt == wf.EXIT:
             exits.append(payload)
+        elif rt == wf.ENVIRONMENT:
+            envs.append(payload)
 
     cols = wf.decode_history(hist) if hist else None
     for payload in runs:
@@ -152,6 +155,8 @@ def decode_window(records: list, meta: dict, config: dict, summary: dict) -> Win
     out = Window(meta, config, summary, cols, system=decode_stats(stats))
     for payload in exits:
         out.exit_code = wf.parse_record(payload).exit.exit_code
+    if envs:
+        out.environment = decode_environment(envs)
     if outputs:
         hist_idx = [i for i, (_e, rt, _p) in enumerate(records) if rt == wf.HISTORY]
         row_steps = cols.row_steps if cols is not None else []
@@ -162,6 +167,18 @@ def decode_window(records: list, meta: dict, config: dict, summary: dict) -> Win
             out.console.append(("stderr" if o.output_type == 0 else "stdout", o.line,
                                 row_steps[k - 1] if k > 0 else None, t))
     return out
+
+
+def decode_environment(payloads: list) -> dict[str, Any]:
+    """Environment records (what replaced wandb-metadata.json: os, python, host, program, CPU, GPU,
+    memory, disk, git …) merged in file order, fields as W&B's own reader (`wandb leet`) names them.
+    The writer's id is W&B's bookkeeping and the user's e-mail address is not the run's: both dropped."""
+    from google.protobuf.json_format import MessageToDict
+
+    env: dict[str, Any] = {}
+    for payload in payloads:
+        env.update(MessageToDict(wf.parse_record(payload).environment, preserving_proto_field_name=True))
+    return {k: v for k, v in env.items() if k not in ("writer_id", "email")}
 
 
 def decode_stats(payloads: list) -> list[tuple[float, str, float]]:

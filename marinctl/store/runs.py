@@ -33,13 +33,14 @@ def upsert_run(con: Connection, run: RunInfo) -> int:
         json.dumps(run.config, default=str), json.dumps(run.summary, default=str),
         run.fork_parent, run.fork_step, run.remote_last_step, run.history_line_count,
         run.path, run.url,
+        json.dumps(run.environment, default=str) if run.environment is not None else None,
     ]
     if row is None:
         con.execute(
             "INSERT INTO runs (uid, source, entity, project, run_id, name, run_group, job_type, tags,"
             " state, created_at, heartbeat_at, config, summary, fork_parent, fork_step,"
-            " remote_last_step, history_line_count, path, url, synced_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, current_timestamp)",
+            " remote_last_step, history_line_count, path, url, environment, synced_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, current_timestamp)",
             [run.uid, *values],
         )
         return con.execute("SELECT run_pk FROM runs WHERE uid = ?", [run.uid]).fetchall()[0][0]
@@ -47,7 +48,8 @@ def upsert_run(con: Connection, run: RunInfo) -> int:
         "UPDATE runs SET source=?, entity=?, project=?, run_id=?, name=?, run_group=?, job_type=?,"
         " tags=?, state=?, created_at=?, heartbeat_at=?, config=?, summary=?, fork_parent=?,"
         " fork_step=?, remote_last_step=?, history_line_count=?, path=coalesce(?, path),"
-        " url=coalesce(?, url), synced_at=current_timestamp WHERE run_pk=?",
+        " url=coalesce(?, url), environment=coalesce(?, environment), synced_at=current_timestamp"
+        " WHERE run_pk=?",
         [*values, row[0]],
     )
     return row[0]
@@ -92,6 +94,12 @@ def documents(con: Connection, uid: str) -> tuple[dict[str, Any], dict[str, Any]
     """(config, summary) stored for a run uid, or None when the run is not stored."""
     row = first(con.execute("SELECT config, summary FROM runs WHERE uid = ?", [uid]))
     return (_as_dict(row[0]), _as_dict(row[1])) if row else None
+
+
+def environment(con: Connection, uid: str) -> dict[str, Any] | None:
+    """The environment a run ran in (os, python, host, hardware …), None when no source has said."""
+    row = first(con.execute("SELECT environment FROM runs WHERE uid = ?", [uid]))
+    return _as_dict(row[0]) if row and row[0] is not None else None
 
 
 def set_documents(con: Connection, uid: str, config: dict[str, Any], summary: dict[str, Any]) -> None:

@@ -219,6 +219,7 @@ class FileSync:
             return 0   # no run record yet: nothing can be attributed; the position stays put
         run_info = records.run_info(win.meta, win.config, win.summary, self.path,
                                     state_for(extra.get("exit_code"), st.st_mtime, now), st.st_mtime)
+        run_info.environment = win.environment
         self._docs = (run_info.uid, win.config, win.summary)   # what the runs row holds after this commit
         cols, added = win.history, 0
         with self.store.transaction() as con:

@@ -416,6 +416,12 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
     def on_explain_ready(self, message: msg.ExplainReady) -> None:
         self.push_screen(ExplainScreen(message.step, message.text))
 
+    @on(RunPaneView.Dragged)
+    @on(SystemPane.Dragged)
+    def _pane_edge_dragged(self, message: RunPaneView.Dragged) -> None:
+        """A pane's left border dragged: the panes take the columns right of the pointer."""
+        self.set_pane_width(self.size.width - message.screen_x, done=message.done)
+
     @on(MetricChart.Clicked)
     def _chart_clicked(self, message: MetricChart.Clicked) -> None:
         if self.view is not None and self.view.axis is not None:

@@ -95,10 +95,16 @@ class LayoutActions:
             self.notify("open the run pane (i) or the system pane (m) first", timeout=2)
             return
         now = int(self._panes.styles.width.value) if self._panes.styles.width else 46
-        width = max(S.MIN_PANE, min(S.MAX_PANE, self.size.width - 60, now + delta))
-        self._panes.styles.width = width
-        self.call_after_refresh(self.repaint)
-        self.save_layout()
+        self.set_pane_width(now + delta, done=True)
+
+    def set_pane_width(self: WatchApp, width: int, done: bool) -> None:
+        """The side panes `width` columns wide (the charts take the rest); `done`: redraw and remember."""
+        width = max(S.MIN_PANE, min(S.MAX_PANE, self.size.width - 60, width))
+        if self._panes.styles.width is None or int(self._panes.styles.width.value) != width:
+            self._panes.styles.width = width
+        if done:
+            self.call_after_refresh(self.repaint)
+            self.save_layout()
 
     def action_sidebar(self: WatchApp) -> None:
         self._sidebar.display = not self._sidebar.display

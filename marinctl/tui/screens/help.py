@@ -30,9 +30,10 @@ KEYS = [
     ("o", "overlays: ladder rungs and repro runs (fraction axis), ladder prediction band"),
     ("i", "run pane: overview, config, summary and console (type to search)"),
     ("m", "system metrics pane (GPU, CPU, memory … when the run recorded them)"),
-    ("b", "hide / show the runs sidebar"), ("{ / }", "narrow / widen the run and system panes"),
+    ("b", "hide / show the runs sidebar"), ("{ / }", "narrow / widen the run and system panes (or drag a pane's left border)"),
     ("r", "refresh now: read the run's file, or sync from W&B"),
-    ("mouse", "click or drag on a chart: focus it and put the cursor there; wheel: zoom; click a run: show it"),
+    ("mouse", "click or drag on a chart: focus it and put the cursor there; wheel: zoom; click a run: show it;"
+              " drag a pane's left border: resize the panes"),
 ]
 
 

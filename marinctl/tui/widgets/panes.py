@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.table import Table
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
+from textual.message import Message
 from textual.widgets import Input, Static
 
 from marinctl.analysis.run_panes import RunPane, Row, matching_rows
@@ -24,19 +28,49 @@ def _table(rows: list[Row]) -> Table:
     return table
 
 
-class RunPaneView(Vertical):
-    """Overview, then config and summary rows filtered by the search box (substring or regex)."""
+class EdgeDraggable(Vertical):
+    """A side pane whose left border the mouse drags to resize it (the app sets and remembers the width)."""
+
+    @dataclass
+    class Dragged(Message):
+        screen_x: int          # where the left edge is now
+        done: bool             # the button was released
+
+    _dragging = False
+
+    def on_mouse_down(self, event: events.MouseDown) -> None:
+        if event.x == 0 and event.button == 1:       # the left border column
+            self._dragging = True
+            self.capture_mouse()
+            event.stop()
+
+    def on_mouse_move(self, event: events.MouseMove) -> None:
+        if self._dragging:
+            self.post_message(self.Dragged(event.screen_x, done=False))
+
+    def on_mouse_up(self, event: events.MouseUp) -> None:
+        if self._dragging:
+            self._dragging = False
+            self.release_mouse()
+            self.post_message(self.Dragged(event.screen_x, done=True))
+            event.stop()
+
+
+class RunPaneView(EdgeDraggable):
+    """Overview, then config, summary, environment and console rows filtered by the search box
+    (substring or regex)."""
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
         self.pane: RunPane | None = None
 
     def compose(self) -> ComposeResult:
-        yield Input(placeholder="search config, summary and console", id="pane-search")
+        yield Input(placeholder="search config, summary, environment and console", id="pane-search")
         with VerticalScroll(id="pane-body"):
             yield Static("loading the run…", id="pane-overview")
             yield Static("", id="pane-config")
             yield Static("", id="pane-summary")
+            yield Static("", id="pane-environment")
             yield Static("", id="pane-console")
 
     def show(self, pane: RunPane | None) -> None:
@@ -58,7 +92,13 @@ class RunPaneView(Vertical):
             return
         query = search.value.strip()
         self.query_one("#pane-overview", Static).update(_table(pane.overview))
-        for name, rows in (("config", pane.config), ("summary", pane.summary), ("console", pane.console)):
+        sections = (("config", pane.config), ("summary", pane.summary), ("environment", pane.environment),
+                    ("console", pane.console))
+        for name, rows in sections:
+            if rows is None:        # no source said: a W&B run (its metadata is a file not fetched)
+                self.query_one(f"#pane-{name}", Static).update(Text(f"\n{name.capitalize()}: none stored"
+                                                                   " for this run", style="dim"))
+                continue
             shown = matching_rows(rows, query)
             count = f"{len(shown)} of {len(rows)}" if query else f"{len(rows)}"
             title = Text(f"\n{name.capitalize()} ({count})", style="bold")
@@ -73,7 +113,7 @@ def _stack(*parts) -> Table:
     return grid
 
 
-class SystemPane(Vertical):
+class SystemPane(EdgeDraggable):
     """System metrics (GPU, CPU, memory, network …) of the run, one small chart each."""
 
     def __init__(self, **kw) -> None:
