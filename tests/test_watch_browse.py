@@ -280,36 +280,33 @@ def pane_width(text: str) -> int:
     return line.index("╮", start) - start + 1
 
 
-async def test_curly_brackets_resize_the_run_pane_and_it_is_remembered(db):
+async def _resize_by_keys(pilot, before: int) -> int:
+    await pilot.press("right_curly_bracket", "right_curly_bracket")
+    assert pane_width(await settle(pilot)) == before + 12
+    await pilot.press("left_curly_bracket")
+    return 6
+
+
+async def _resize_by_dragging_the_border(pilot, before: int) -> int:
+    """As LEET's resizable panes: press on the pane's left border, drag, release."""
+    edge = pilot.app.size.width - before
+    await pilot.mouse_down(None, offset=(edge, 10))
+    await pilot.hover(None, offset=(edge - 5, 10))
+    await pilot.mouse_up(None, offset=(edge - 10, 10))
+    assert pane_width(await settle(pilot)) == before + 10
+    await pilot.click(None, offset=(edge - 40, 20))           # a click elsewhere drags nothing
+    return 10
+
+
+@pytest.mark.parametrize("resize", [_resize_by_keys, _resize_by_dragging_the_border])
+async def test_the_side_panes_resize_by_keys_and_by_mouse_and_are_remembered(db, resize):
     app = open_watch(db, "hero")
     async with run_test(app) as pilot:
         await ready(pilot)
         await pilot.press("i")
         before = pane_width(await wait_for_text(pilot, "╭─ run ·", "Config ("))
-        await pilot.press("right_curly_bracket", "right_curly_bracket")
-        text = await settle(pilot)
-        assert pane_width(text) == before + 12
-        await pilot.press("left_curly_bracket")
-        assert pane_width(await settle(pilot)) == before + 6
+        wider = await resize(pilot, before)
+        assert pane_width(await settle(pilot)) == before + wider
     again = open_watch(db, "hero")
     async with run_test(again) as pilot:                            # the run pane and its width come back
-        assert pane_width(await wait_for_text(pilot, "╭─ run ·", "Config (")) == before + 6
-
-
-async def test_dragging_a_pane_s_left_border_resizes_the_panes_and_it_is_remembered(db):
-    """The mouse resizes the side panes as LEET's resizable panes do: press on the left border, drag."""
-    app = open_watch(db, "hero")
-    async with run_test(app) as pilot:
-        await ready(pilot)
-        await pilot.press("i")
-        before = pane_width(await wait_for_text(pilot, "╭─ run ·", "Config ("))
-        edge = app.size.width - before
-        await pilot.mouse_down(None, offset=(edge, 10))
-        await pilot.hover(None, offset=(edge - 5, 10))
-        await pilot.mouse_up(None, offset=(edge - 10, 10))
-        assert pane_width(await settle(pilot)) == before + 10
-        await pilot.click(None, offset=(edge - 40, 20))           # a click elsewhere drags nothing
-        assert pane_width(await settle(pilot)) == before + 10
-    again = open_watch(db, "hero")
-    async with run_test(again) as pilot:
-        assert pane_width(await wait_for_text(pilot, "╭─ run ·", "Config (")) == before + 10
+        assert pane_width(await wait_for_text(pilot, "╭─ run ·", "Config (")) == before + wider
