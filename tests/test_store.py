@@ -37,6 +37,24 @@ def test_migrations_apply_once_and_are_numbered(store):
     assert versions == sorted(versions) and versions[0] == 1
 
 
+def test_a_failing_migration_leaves_the_file_as_it_was(tmp_path, monkeypatch):
+    """Pending migrations go in one transaction: a broken one applies none of its batch, and the
+    file opens again as it was (the next release's fix then applies them all)."""
+    from marinctl.store.engine import duckdb
+
+    shipped = schema.migrations()
+    monkeypatch.setattr(schema, "migrations", lambda: [*shipped, (len(shipped) + 1, "broken", "CREATE TABLE runs (x INT)")])
+    con = duckdb.connect(str(tmp_path / "new.duckdb"))
+    with pytest.raises(duckdb.Error):
+        schema.migrate(con)
+    assert schema.current_version(con) == 0
+    assert con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'runs'").fetchall() == [(0,)]
+    monkeypatch.setattr(schema, "migrations", lambda: shipped)
+    assert schema.migrate(con) == [v for v, _, _ in shipped]
+    assert schema.current_version(con) == schema.latest_version()
+    con.close()
+
+
 def test_replace_range_is_idempotent(store):
     with store.transaction() as con:
         pk = upsert_run(con, _run("r1"))
