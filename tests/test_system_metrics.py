@@ -37,6 +37,7 @@ E, P = "synthetic-lab", "system-synthetic"
 SAMPLES_SQL = ("SELECT k.key, s.time, s.value FROM system_samples s JOIN system_keys k USING (key_id)"
                " JOIN runs r USING (run_pk) WHERE r.run_id = '{run}' ORDER BY 1, 2")
 PLACEMENT = "x: the step at each sample's time"
+TOKEN = "ghp_SYNTHETIC0not0a0real0token"
 
 WRITER = '''
     run = wandb.init(project="system-synthetic", name="stats-synthetic", tags=["synthetic"],
@@ -51,8 +52,13 @@ WRITER = '''
 
 @pytest.fixture(scope="module")
 def stats_run(tmp_path_factory) -> tuple[str, Path]:
-    """(run id, its .wandb file): a 2-second SDK run with the system monitor sampling every 0.1 s."""
+    """(run id, its .wandb file): a 2-second SDK run with the system monitor sampling every 0.1 s,
+    started in a git checkout whose remote was cloned with a (SYNTHETIC) token in its URL."""
     out = tmp_path_factory.mktemp("stats-run")
+    git = ["git", "-C", str(out), "-c", "user.name=synthetic", "-c", "user.email=synthetic@example.invalid"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "remote", "add", "origin", f"https://{TOKEN}@example.invalid/lab/synthetic.git"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "synthetic"], check=True)
     logged = sdk_write(out, WRITER)
     files = wandb_files(out)[logged["run_id"]]
     assert len(files) == 1
@@ -165,11 +171,14 @@ def test_local_environment_records_are_stored_as_wandb_reads_them(stats_run, cli
     """LEET's environment sidebar, kept: os, python, host, program, CPU, memory, disk … as W&B reads them."""
     run_id, path = stats_run
     want = wandb_read_environment(path)
-    assert {"os", "python", "host", "cpu_count", "memory"} <= set(want), want
+    assert {"os", "python", "host", "cpu_count", "memory", "git"} <= set(want), want
+    # the SDK writes the git remote without the token it was cloned with; nothing of it is stored
+    assert want["git"]["remote_url"] == "https://example.invalid/lab/synthetic.git", want["git"]
     run_cli(cli, "sync", str(path))
     code, out, err = cli("sql", f"SELECT environment FROM runs WHERE run_id = '{run_id}'", "--json")
     assert code == 0, err
     assert json.loads(json.loads(out)[0]["environment"]) == want
+    assert TOKEN not in out
 
 
 @pytest.mark.asyncio

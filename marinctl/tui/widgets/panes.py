@@ -57,7 +57,7 @@ class EdgeDraggable(Vertical):
 
 
 class RunPaneView(EdgeDraggable):
-    """Overview, then config, summary, environment and console rows filtered by the search box
+    """Overview, then config, summary, console and environment rows filtered by the search box
     (substring or regex)."""
 
     def __init__(self, **kw) -> None:
@@ -70,8 +70,8 @@ class RunPaneView(EdgeDraggable):
             yield Static("loading the run…", id="pane-overview")
             yield Static("", id="pane-config")
             yield Static("", id="pane-summary")
-            yield Static("", id="pane-environment")
             yield Static("", id="pane-console")
+            yield Static("", id="pane-environment")
 
     def show(self, pane: RunPane | None) -> None:
         self.pane = pane
@@ -92,8 +92,8 @@ class RunPaneView(EdgeDraggable):
             return
         query = search.value.strip()
         self.query_one("#pane-overview", Static).update(_table(pane.overview))
-        sections = (("config", pane.config), ("summary", pane.summary), ("environment", pane.environment),
-                    ("console", pane.console))
+        sections = (("config", pane.config), ("summary", pane.summary), ("console", pane.console),
+                    ("environment", pane.environment))
         for name, rows in sections:
             if rows is None:        # no source said: a W&B run (its metadata is a file not fetched)
                 self.query_one(f"#pane-{name}", Static).update(Text(f"\n{name.capitalize()}: none stored"
