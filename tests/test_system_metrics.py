@@ -196,6 +196,7 @@ async def test_i_shows_the_environment_a_local_run_ran_in_and_search_finds_it(st
         await pilot.press(*"cpython")
         text = await wait_for_text(pilot, "Environment (1 of ")
         assert want["python"] in text and "cpu_count" not in text
+        assert "Config (0)" in text and "(0 of 0)" not in text      # nothing stored is not "0 of 0" found
 
 
 LIVE_WRITER = textwrap.dedent(r'''

@@ -100,7 +100,7 @@ class RunPaneView(EdgeDraggable):
                                                                    " for this run", style="dim"))
                 continue
             shown = matching_rows(rows, query)
-            count = f"{len(shown)} of {len(rows)}" if query else f"{len(rows)}"
+            count = f"{len(shown)} of {len(rows)}" if query and rows else f"{len(rows)}"
             title = Text(f"\n{name.capitalize()} ({count})", style="bold")
             body = _table(shown) if shown else Text("nothing matches" if rows else "nothing stored", style="dim")
             self.query_one(f"#pane-{name}", Static).update(_stack(title, body))
