@@ -35,6 +35,16 @@ def si(x: float | None) -> str:
     return f"{x:.3g}"
 
 
+def size(n: int | float | None, missing: str = DASH) -> str:
+    """A byte count in binary units: memory and disk sizes (`23.5 GiB`, `512 B`)."""
+    if not _finite(n):
+        return missing
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
 def sci(x: float | None) -> str:
     """Compact scientific notation for FLOPs and compute budgets: `2.7e24`."""
     if not _finite(x):

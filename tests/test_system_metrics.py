@@ -197,6 +197,10 @@ async def test_i_shows_the_environment_a_local_run_ran_in_and_search_finds_it(st
         text = await wait_for_text(pilot, "Environment (1 of ")
         assert want["python"] in text and "cpu_count" not in text
         assert "Config (0)" in text and "(0 of 0)" not in text      # nothing stored is not "0 of 0" found
+        await pilot.press(*["backspace"] * len("cpython"), *"memory.total")
+        text = await wait_for_text(pilot, "Environment (1 of ")
+        gib = int(want["memory"]["total"]) / 2**30                  # W&B records bytes, as text
+        assert f"{gib:.1f} GiB" in text and want["memory"]["total"] not in text
 
 
 LIVE_WRITER = textwrap.dedent(r'''
@@ -360,3 +364,16 @@ def test_a_sync_killed_before_or_at_the_events_request_resumes_to_the_same_set(t
         assert_same_samples(got, sdk_system_rows(server.url, f"{E}/{P}/{run.run_id}"))
     finally:
         server.stop()
+
+
+def test_a_gpu_node_s_environment_reads_one_row_per_gpu_field_with_sizes_in_binary_units():
+    """What W&B records on a GPU node (a SYNTHETIC record in its shape: sizes as text, GPUs as a list)."""
+    from marinctl.analysis.run_panes import environment_rows
+
+    env = {"gpu_count": 2, "gpu_type": "NVIDIA H100 80GB HBM3", "memory": {"total": "2164392570880"},
+           "gpu_nvidia": [{"name": "NVIDIA H100 80GB HBM3", "memory_total": "85520809984", "cuda_cores": 16896},
+                          {"name": "NVIDIA H100 80GB HBM3", "memory_total": "85520809984", "cuda_cores": 16896}],
+           "args": ["--config", "synthetic.yaml"]}
+    rows = dict(environment_rows(env))
+    assert rows["gpu_nvidia.1.memory_total"] == "79.6 GiB" and rows["gpu_nvidia.0.cuda_cores"] == "16896"
+    assert rows["memory.total"] == "2.0 TiB" and rows["args"] == '["--config", "synthetic.yaml"]'

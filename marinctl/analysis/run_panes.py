@@ -119,4 +119,24 @@ def run_pane(con: Connection, target: Target, stats: HeaderStats | None = None, 
     env = R.environment(con, target.leaf["uid"]) if target.leaf.get("uid") else None
     return RunPane(target.name, overview_rows(con, target, stats), flatten(config_of(target.leaf)),
                    flatten({k: v for k, v in summary.items() if not str(k).startswith("_wandb")}), console,
-                   flatten(env) if env is not None else None)
+                   environment_rows(env) if env is not None else None)
+
+
+_BYTES_KEY = re.compile(r"(^|\.)(memory|disk)\..*(total|used)$|memory_total$")
+
+
+def environment_rows(env: dict[str, Any]) -> list[Row]:
+    """The environment's rows, memory and disk sizes in binary units (W&B records bytes as text)."""
+    def indexed(doc: Any) -> Any:            # a list of GPUs as `gpu_nvidia.0.name` rows, not one JSON cell
+        if isinstance(doc, dict):
+            return {k: indexed(v) for k, v in doc.items()}
+        if isinstance(doc, list) and doc and all(isinstance(v, dict) for v in doc):
+            return {str(i): indexed(v) for i, v in enumerate(doc)}
+        return doc
+
+    rows = []
+    for key, value in flatten(indexed(env)):
+        if _BYTES_KEY.search(key) and value.isdigit():
+            value = N.size(int(value))
+        rows.append((key, value))
+    return rows
