@@ -289,11 +289,15 @@ async def _resize_by_keys(pilot, before: int) -> int:
 
 async def _resize_by_dragging_the_border(pilot, before: int) -> int:
     """As LEET's resizable panes: press on the pane's left border, drag, release."""
-    edge = pilot.app.size.width - before
+    app, saved = pilot.app, []
+    save = app.save_layout
+    app.save_layout = lambda: (saved.append(1), save())[1]
+    edge = app.size.width - before
     await pilot.mouse_down(None, offset=(edge, 10))
     await pilot.hover(None, offset=(edge - 5, 10))
     await pilot.mouse_up(None, offset=(edge - 10, 10))
     assert pane_width(await settle(pilot)) == before + 10
+    assert len(saved) == 1                                     # remembered once, on release
     await pilot.click(None, offset=(edge - 40, 20))           # a click elsewhere drags nothing
     return 10
 

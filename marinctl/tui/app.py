@@ -39,7 +39,7 @@ from marinctl.tui.screens.explain import ExplainScreen
 from marinctl.tui.widgets.footer import KeyFooter
 from marinctl.tui.widgets.grid import ChartPage, CursorBar, SectionHeader
 from marinctl.tui.widgets.legend import legend_text
-from marinctl.tui.widgets.panes import RunPaneView, SystemPane
+from marinctl.tui.widgets.panes import EdgeDraggable, RunPaneView, SystemPane
 from marinctl.tui.widgets.sidebar import RunsSidebar
 from marinctl.tui.widgets.status import StatusHeader
 from marinctl.tui.workers import Workers
@@ -416,9 +416,8 @@ class WatchApp(KeyActions, LayoutActions, Live, Workers, App):
     def on_explain_ready(self, message: msg.ExplainReady) -> None:
         self.push_screen(ExplainScreen(message.step, message.text))
 
-    @on(RunPaneView.Dragged)
-    @on(SystemPane.Dragged)
-    def _pane_edge_dragged(self, message: RunPaneView.Dragged) -> None:
+    @on(EdgeDraggable.Dragged)            # the run pane's and the system pane's (one message class)
+    def _pane_edge_dragged(self, message: EdgeDraggable.Dragged) -> None:
         """A pane's left border dragged: the panes take the columns right of the pointer."""
         self.set_pane_width(self.size.width - message.screen_x, done=message.done)
 
