@@ -22,6 +22,9 @@ CAUSES = {"optimizer", "adam_state", "data_batch", "numerics", "logit_growth", "
     ("stacked_blocks.3.mlp.router.weight", "router", 3, "adam"),
     ("stacked_blocks.0.attn.w_q", "attention", 0, "muonh"),
     ("stacked_blocks.0.attn_norm.weight", "norm_gains", 0, "adam"),
+    ("stacked_blocks.1.rms_attn.weight", "norm_gains", 1, "adam"),      # repro/model.py's RMSNorm gains
+    ("stacked_blocks.1.rms_mlp.weight", "norm_gains", 1, "adam"),
+    ("stacked_blocks.1.attn_gated_norm.w_down", "norm_gains", 1, "muonh"),
     ("stacked_blocks.1.mlp.experts.w_gate", "routed_experts", 1, "muonh"),
     ("stacked_blocks.1.mlp.shared.w_up", "shared_experts", 1, "muonh"),
     ("token_embed", "embeddings", None, "adam"),
@@ -143,3 +146,65 @@ def test_explain_metric_focus_names_the_leaf_role(qb_store, cli, monkeypatch):
     code, out, err = cli("explain", "step", "900", "--metric", "train/loss", "--json")
     doc = json.loads(out)
     assert [f["kind"] for f in doc["findings"]] == ["spike"] and doc["metric_evidence"]["z"] > 8
+
+
+def test_roles_name_the_update_rule_repro_trains_each_parameter_with():
+    """`explain` reads a parameter's norm by its update rule (a hyperball one must not move); for every
+    parameter of the hero's architecture (repro/model.py, the rung's own names) the rule it names
+    is the optimizer group repro trains it in. `rms_attn.weight` (an RMSNorm gain, Adam) was read
+    as a MuonH attention matrix ("hyperball drift" on every repro run), and the GatedNorm matrices
+    `attn_gated_norm.w_*` as the Adam-trained attention gate."""
+    torch = pytest.importorskip("torch")
+    from repro.model import ModelConfig, MoEDecoder
+    from repro.optim import group_of
+
+    torch.manual_seed(0)
+    model = MoEDecoder(ModelConfig(vocab_size=64, hidden_dim=32, num_layers=2, num_heads=2, head_dim=16,
+                                   num_experts=4, num_experts_per_token=2, intermediate_dim=16, latent_dim=16,
+                                   shared_expert_intermediate_dim=16, seq_len=16, sliding_window=8,
+                                   gated_norm_rank=4, qb_hist_bins=200))
+    recipe = roles.RecipeRoles("muonh", "qb", None, 4, "config")
+    wrong = {name: (recipe.role(name).role, group_of(name, p.ndim)) for name, p in model.named_parameters()
+             if recipe.role(name).role != group_of(name, p.ndim)}
+    assert not wrong, wrong
+
+
+def test_a_run_scored_by_older_detectors_is_scored_afresh_at_the_next_sync(tmp_path, cli):
+    """Detections are derived: an upgrade whose detectors find otherwise (the roles above) must not
+    leave a stored false finding in `anomalies` and `explain` for ever. A SYNTHETIC SDK run, synced
+    through the CLI, scored "by an older release" (its pass stamped with another DETECTORS and a
+    hyperball drift on an Adam-trained RMSNorm gain stored), is scored whole at the next sync."""
+    from marinctl.analysis import detection
+    from marinctl.domain import Anomaly
+    from marinctl.store import Store, anomalies as A, runs as R, state
+    from tests.blackbox import run_cli, sdk_write, wandb_files
+
+    logged = sdk_write(tmp_path / "w", '''
+        run = wandb.init(project="detectors-synthetic", settings=wandb.Settings(console="off", silent=True))
+        for s in range(40):
+            run.log({"train/loss": 5.0 - 0.01 * s, "params/norm/stacked_blocks.0.rms_attn.weight": 1.0 + 0.01 * s}, step=s)
+        run.finish()
+        logged["run_id"] = run.id
+    ''')
+    path = wandb_files(tmp_path / "w")[logged["run_id"]][0]
+    run_cli(cli, "sync", str(path))
+    key = "params/norm/stacked_blocks.0.rms_attn.weight"
+
+    def stored_kinds() -> list[tuple[str, str]]:
+        code, out, err = cli("anomalies", "--json")
+        assert code == 0, err
+        return [(a["metric"], a["kind"]) for a in json.loads(out)]
+
+    assert (key, "hyperball_drift") not in stored_kinds()             # an RMSNorm gain drifts freely (Adam)
+    store = Store(tmp_path / "home" / "marinctl.duckdb")
+    with store.transaction() as con:                                  # what an older release left
+        uid = f"local:{logged['run_id']}"
+        run_pk = R.pk_of(con, uid)
+        A.insert(con, [Anomaly(run_pk, 20, key, "hyperball_drift", 0.2, "optimizer", {"role": "muonh"})])
+        position, memory = state.detection(con, uid)
+        state.save_detection(con, uid, position, {**memory, "detectors": detection.DETECTORS - 1})
+    assert (key, "hyperball_drift") in stored_kinds()
+    run_cli(cli, "sync", str(path))                                   # nothing new in the file
+    assert (key, "hyperball_drift") not in stored_kinds()
+    with store.connect() as con:
+        assert state.detection(con, uid)[1]["detectors"] == detection.DETECTORS

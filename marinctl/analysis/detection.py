@@ -7,7 +7,8 @@ match, history was rewritten (a W&B rewind) and the pass reports a `rewind` at t
 differing step and re-scores from there. A logit-growth episode still under way that began
 before the steps re-scored pulls the start back to its onset (at most LOOKBACK steps), so
 the lm_head drift it explains is replaced by it even when an earlier pass stored that drift
-before the trend was clear.
+before the trend was clear. A run scored by other detectors (DETECTORS, stamped in the pass's
+memory) is scored afresh, whole: what an older release stored is what it wrongly found too.
 
 Nothing here writes: a pass returns a `Detection`, and the sync pipeline stores it
 (sync/derive.py) — anomalies and the new position in one transaction.
@@ -25,6 +26,9 @@ from marinctl.store import Connection, history, metrics, state
 
 REVISIT = 100               # steps re-scored at each incremental pass (episodes straddling the watermark)
 FINGERPRINT_EVERY = 500     # steps between stored _timestamp fingerprints (rewind detection)
+# Bump when what the detectors (or the parameter roles they read) find changes. 2: RMSNorm gains
+# (`rms_attn.weight`) and embed_gated_norm's matrices get their own update rule (analysis/roles.py).
+DETECTORS = 2
 
 
 @dataclass
@@ -53,6 +57,8 @@ def incremental(con: Connection, run_pk: int) -> Detection:
     out = Detection(run_pk, fr.run["uid"])
     last = metrics.step_range(con, [(run_pk, None, None)])[1]
     position, extra = state.detection(con, fr.run["uid"])
+    if position is not None and extra.get("detectors") != DETECTORS:
+        return full(con, run_pk)
     if position is None:
         start = fr.own_lo
     else:
@@ -104,11 +110,12 @@ def saved_refs(con: Connection, uid: str) -> dict[str, tuple[int, float]] | None
 def _memory(con: Connection, fr: D.RunFrame, last: int, refs: dict, leaves: int,
             kept: list[list[float]] | None = None) -> dict[str, Any]:
     """What the next pass needs: `_timestamp` fingerprints (those still valid, plus new ones past
-    them), the hyperball references and how many leaves they were read for."""
+    them), the hyperball references and how many leaves they were read for, and which detectors."""
     kept = kept or []
     since = int(kept[-1][0]) + 1 if kept else 0
     fingerprints = kept + [[s, v] for s, v in history.sampled(con, fr.run_pk, D.TIMESTAMP, last, FINGERPRINT_EVERY, since)]
-    return {"fingerprints": fingerprints, "refs": {k: list(v) for k, v in refs.items()}, "ref_leaves": leaves}
+    return {"fingerprints": fingerprints, "refs": {k: list(v) for k, v in refs.items()}, "ref_leaves": leaves,
+            "detectors": DETECTORS}
 
 
 def _rewound_at(con: Connection, fr: D.RunFrame, fps: list[list[float]]) -> int | None:

@@ -38,11 +38,11 @@ _ROUTER_BIAS = re.compile(r"router_bias|moe_bias|expert_bias|e_score_correction_
 _ROUTER = re.compile(r"router", re.I)
 _EMBED = re.compile(r"embed", re.I)
 _LM_HEAD = re.compile(r"lm_head|unembed|(^|\.)output\.weight$", re.I)
-_NORM = re.compile(r"norm|(^|\.)ln_?\w*\.|layernorm|rmsnorm", re.I)
+_NORM = re.compile(r"norm|(^|\.)ln_?\w*\.|(^|\.)rms(_\w+)?\.|layernorm|rmsnorm", re.I)  # rms_attn: a gain
 _NORM_MATRIX = re.compile(r"norm\w*\.(w_|proj|down|up|gate_proj)", re.I)  # GatedNorm low-rank matrices
 _ROUTED = re.compile(r"experts?\b|experts\.|\.expert_", re.I)
 _SHARED = re.compile(r"shared", re.I)
-_ATTN_GATE = re.compile(r"attn_gate|attention_gate", re.I)
+_ATTN_GATE = re.compile(r"(attn|attention)_gate(?!d)", re.I)   # not attn_gated_norm (GatedNorm: MuonH)
 _ATTN = re.compile(r"attn|attention|self_attn|(^|\.)(w_q|w_k|w_v|w_o|q_proj|k_proj|v_proj|o_proj|wq|wk|wv|wo)(\.|$)", re.I)
 _MLP = re.compile(r"mlp|latent|ffn|feed_forward|w_gate|w_up|w_down|gate_proj|up_proj|down_proj", re.I)
 _SCONV = re.compile(r"sconv|conv", re.I)
@@ -80,10 +80,10 @@ def module_of(path: str) -> str:
         return "router"
     if _LM_HEAD.search(path):
         return "lm_head"
+    if _NORM.search(path):              # before embeddings: embed_gated_norm's matrices are MuonH's
+        return "norm_gains"
     if _EMBED.search(path):
         return "embeddings"
-    if _NORM.search(path):
-        return "norm_gains"
     if _SHARED.search(path):
         return "shared_experts"
     if _ROUTED.search(path):
