@@ -78,7 +78,7 @@ def main() -> None:
     work = cache / "work.duckdb"
     shutil.copy(src, work)
 
-    from marinctl.analysis.explain import explain
+    from marinctl.analysis.explain.explain import explain
     from marinctl.store import Store
     from marinctl.store.lineage import resolve_target
     from marinctl.sync.derive import detect
@@ -130,7 +130,7 @@ def main() -> None:
 
     runs = {
         "interpreter only: `python -c pass`": ("-c", "pass"),
-        "explain's imports, no store (new process)": ("-c", "import marinctl.cli, marinctl.analysis.explain"),
+        "explain's imports, no store (new process)": ("-c", "import marinctl.cli, marinctl.analysis.explain.explain"),
         "baseline: `marinctl runs --json` (new process)": ("runs", "--json"),
         "`marinctl explain step 500 --json` (new process)": ("explain", "step", "500", "--json"),
         "the same, on a store never detected (no saved state)": ("explain", "step", "500", "--json"),

@@ -45,8 +45,7 @@ def main() -> None:
     import duckdb
     import pyarrow.compute as pc
 
-    from marinctl.analysis import detectors as D
-
+    from marinctl.analysis.detect import detectors as D
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "marinctl.duckdb"
         shutil.copy(args.store / "marinctl.duckdb", db)

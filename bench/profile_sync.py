@@ -44,14 +44,14 @@ STAGES = [
     ("tail: batch_from_rows", "marinctl.sync.wandb", "batch_from_rows"),
     ("tail: replace_range", "marinctl.store.metrics", "replace_range"),
     ("detection + alignment after sync", "marinctl.sync.derive", "after_sync"),
-    ("detection: scan", "marinctl.analysis.detectors", "scan"),
+    ("detection: scan", "marinctl.analysis.detect.detectors", "scan"),
     ("detection: frames", "marinctl.store.history", "frame"),
     ("detection: nonfinite", "marinctl.store.history", "nonfinite"),
     ("detection: first values", "marinctl.store.history", "first_values"),
     ("detection: robust_z", "marinctl.store.rolling", "robust_z"),
     ("detection: crossings", "marinctl.store.rolling", "crossings"),
     ("detection: fingerprints (sampled)", "marinctl.store.history", "sampled"),
-    ("alignment: realign", "marinctl.analysis.align", "realign"),
+    ("alignment: realign", "marinctl.analysis.events.align", "realign"),
 ]
 
 

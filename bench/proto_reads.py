@@ -95,7 +95,7 @@ def _write(batches, out: Path) -> tuple[int, float, bool]:
 
 
 def a_detector_read(con, segs, keys, lo, hi):
-    from marinctl.analysis.detectors import read
+    from marinctl.analysis.detect.detectors import read
 
     return read(con, segs, keys, lo, hi)
 

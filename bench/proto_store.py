@@ -86,7 +86,7 @@ def child_floor(db: str, memory: str, threads: str, unpivot: str, *files: str) -
 def child_detect(home: str, mode: str, window: str) -> None:
     """Detection after a full sync on today's store: 'whole' (today) or in step windows."""
     os.environ["MARINCTL_HOME"] = home
-    from marinctl.analysis import detectors as D
+    from marinctl.analysis.detect import detectors as D
     from marinctl.store import open_store
 
     store = open_store()

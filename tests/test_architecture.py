@@ -21,7 +21,18 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "ARCHITECTURE.md"
 PACKAGES = ("marinctl", "repro")
 MAX_LINES = 600
-TABLES = ("runs", "metrics", "metric_keys", "sync_state", "events", "anomalies", "repo_files", "schema_migrations")
+MIGRATIONS = ROOT / "marinctl" / "store" / "migrations"
+
+
+def migration_tables() -> tuple[str, ...]:
+    """Every table the numbered migrations create, and the store's own migrations table."""
+    found = {"schema_migrations"}
+    for sql in sorted(MIGRATIONS.glob("*.sql")):
+        found |= set(re.findall(r"CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(\w+)", sql.read_text(), re.I))
+    return tuple(sorted(found))
+
+
+TABLES = migration_tables()
 SQL_WRITE = re.compile(
     r"\b(INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|"
     r"CREATE\s+(OR\s+REPLACE\s+)?(TEMP\s+|TEMPORARY\s+)?(TABLE|VIEW|INDEX|SEQUENCE)|DROP\s+(TABLE|VIEW|INDEX|SEQUENCE)|ALTER\s+TABLE)\b"
@@ -204,6 +215,26 @@ def test_rooms_list_every_module_and_nothing_else():
     missing = sorted(existing - listed)
     ghosts = sorted(p for p in listed if not (ROOT / p).exists())
     assert (missing, ghosts) == ([], []), f"not in ARCHITECTURE.md: {missing}; listed but absent: {ghosts}"
+
+
+def test_tables_section_names_every_table_the_migrations_create():
+    text = DOC.read_text()
+    section = text.split("## Tables and their owners", 1)[1].split("\n## ", 1)[0]
+    described = set(re.findall(r"`(\w+)`", "\n".join(l.split("|")[1] for l in section.splitlines()
+                                                   if l.startswith("|") and l.count("|") > 2)))
+    assert set(TABLES) - described == set(), f"tables no row of ARCHITECTURE.md describes: {sorted(set(TABLES) - described)}"
+    assert len(TABLES) > 8   # the migrations were read (a guard on the reader itself)
+
+
+def test_every_package_has_its_section():
+    """Each package folder is introduced by a heading of its own in the rooms list."""
+    text = DOC.read_text()
+    section = text.split("## Rooms", 1)[1].split("\n## ", 1)[0]
+    headings = re.findall(r"^#{3,4}\s+(\S+)", section, re.M)
+    packages = sorted({rel(p.parent) for p in source_files() if p.name == "__init__.py"} - set(PACKAGES))
+    short = [p.split("/", 1)[1] + "/" if p.startswith("marinctl/") else p + "/" for p in packages]
+    missing = [p for p in short if p not in headings]
+    assert missing == [], f"packages with no heading in ARCHITECTURE.md's rooms: {missing}"
 
 
 @pytest.mark.parametrize("probe", ["marinctl/store/x.py", "marinctl/tui/widgets/x.py", "repro/x.py", "marinctl/numbers.py"])

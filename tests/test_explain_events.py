@@ -16,8 +16,8 @@ from tests.fakes import incidents as I
 from tests.fakes import synth
 from tests.fakes.load import load_into_store
 
-from marinctl.analysis import trends
-from marinctl.analysis.explain import explain
+from marinctl.analysis.detect import trends
+from marinctl.analysis.explain.explain import explain
 from marinctl.store.lineage import resolve_target
 from marinctl.sync import derive
 

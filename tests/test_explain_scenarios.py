@@ -14,9 +14,11 @@ import pytest
 from tests.fakes import synth
 from tests.fakes.load import load_into_store
 
-from marinctl.analysis import attribution, detectors, roles
+from marinctl.analysis.explain import attribution, roles
+
+from marinctl.analysis.detect import detectors
 from marinctl.sync import derive
-from marinctl.analysis.explain import explain
+from marinctl.analysis.explain.explain import explain
 from marinctl.store.lineage import resolve_target
 
 

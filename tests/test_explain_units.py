@@ -10,7 +10,7 @@ import pytest
 from tests.fakes import synth
 from tests.fakes.load import load_into_store
 
-from marinctl.analysis import attribution, roles
+from marinctl.analysis.explain import attribution, roles
 from marinctl.sync import derive
 
 CAUSES = {"optimizer", "adam_state", "data_batch", "numerics", "logit_growth", "init_shape", "moe_routing",
@@ -174,7 +174,7 @@ def test_a_run_scored_by_older_detectors_is_scored_afresh_at_the_next_sync(tmp_p
     leave a stored false finding in `anomalies` and `explain` for ever. A SYNTHETIC SDK run, synced
     through the CLI, scored "by an older release" (its pass stamped with another DETECTORS and a
     hyperball drift on an Adam-trained RMSNorm gain stored), is scored whole at the next sync."""
-    from marinctl.analysis import detection
+    from marinctl.analysis.detect import detection
     from marinctl.domain import Anomaly
     from marinctl.store import Store, anomalies as A, runs as R, state
     from tests.blackbox import run_cli, sdk_write, wandb_files

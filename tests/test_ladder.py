@@ -121,7 +121,6 @@ def _load_synthetic_ladder(store, hero_dev=0.03, hero_fraction=0.25):
 
 def test_online_band_recovers_law_and_scores_a_deviating_hero(store):
     from marinctl.analysis import ladder as lad
-
     _load_synthetic_ladder(store, hero_dev=0.03)
     with store.connect() as con:
         rs = lad.rung_series(con, "eval/paloma/macro_loss")

@@ -241,7 +241,7 @@ def test_export_shapes_w_and_b_may_send(cli, tmp_path):
 def test_bounded_windows_give_what_one_query_gives(store, monkeypatch):
     """store/rolling.py cuts each key's rows into chunks with the windows' look-back: the
     detections must be exactly those of one query over the whole frame."""
-    from marinctl.analysis import detection
+    from marinctl.analysis.detect import detection
     from marinctl.store import rolling
     from tests.fakes.load import load_into_store
     from tests.fakes.synth import marin_run

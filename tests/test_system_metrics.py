@@ -307,7 +307,7 @@ def test_each_sample_sits_at_the_step_the_run_was_at_when_it_was_taken(remote, c
     lines up with the main charts. Checked on buckets holding one sample (exactly that sample)."""
     import numpy as np
 
-    from marinctl.analysis.watch_view import ViewParams, build_view
+    from marinctl.views.watch_view import ViewParams, build_view
     from marinctl.store import Store
 
     server, run = remote
@@ -368,7 +368,7 @@ def test_a_sync_killed_before_or_at_the_events_request_resumes_to_the_same_set(t
 
 def test_a_gpu_node_s_environment_reads_one_row_per_gpu_field_with_sizes_in_binary_units():
     """What W&B records on a GPU node (a SYNTHETIC record in its shape: sizes as text, GPUs as a list)."""
-    from marinctl.analysis.run_panes import environment_rows
+    from marinctl.views.run_panes import environment_rows
 
     env = {"gpu_count": 2, "gpu_type": "NVIDIA H100 80GB HBM3", "memory": {"total": "2164392570880"},
            "gpu_nvidia": [{"name": "NVIDIA H100 80GB HBM3", "memory_total": "85520809984", "cuda_cores": 16896},

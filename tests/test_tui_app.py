@@ -373,7 +373,7 @@ async def test_the_first_frame_does_not_wait_for_a_helper_holding_the_store(watc
     import subprocess
     from dataclasses import replace as dc_replace
 
-    from marinctl.analysis.watch_view import ViewParams, build_view
+    from marinctl.views.watch_view import ViewParams, build_view
     from marinctl.tui.first_read import bucket_guess
 
     class HelperStillReading:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from marinctl import rungs
-from marinctl.analysis import chart_axis, chart_data, run_header, run_list, watch_view
+from marinctl.views import chart_axis, chart_data, run_header, run_list, watch_view
 from marinctl.analysis.schedule import schedule_of_target
 from marinctl.store import metrics as M
 from marinctl.store.lineage import resolve_target

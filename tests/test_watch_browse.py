@@ -143,7 +143,7 @@ async def test_a_run_pane_loaded_before_its_search_box_exists_is_drawn_once_it_d
     `watch` opened with the run pane remembered open)."""
     from textual.app import App
 
-    from marinctl.analysis.run_panes import RunPane
+    from marinctl.views.run_panes import RunPane
     from marinctl.tui.capture import screen_text
     from marinctl.tui.widgets.panes import RunPaneView
 

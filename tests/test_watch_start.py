@@ -479,7 +479,7 @@ def test_a_frame_drawn_in_stand_in_colours_recoloured_is_the_theme_s_own(run_dir
 
     from textual.theme import BUILTIN_THEMES
 
-    from marinctl.analysis.watch_view import ViewParams, build_view
+    from marinctl.views.watch_view import ViewParams, build_view
     from marinctl.store import Store
     from marinctl.sync.local import sync_path
     from marinctl.tui import frames

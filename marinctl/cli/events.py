@@ -31,7 +31,7 @@ def events(
 
     if window < 0:
         raise UserError("--window must be zero or more steps", "e.g. `marinctl events --around 108000 --window 500`")
-    from marinctl.analysis.timeline import query_events
+    from marinctl.analysis.events.timeline import query_events
 
     with open_store().connect() as con:
         items = query_events(con, run, around, window)

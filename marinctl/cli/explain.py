@@ -33,7 +33,7 @@ def step(
     metric: Annotated[Optional[str], typer.Option("--metric", metavar="KEY", help="Focus on one metric, e.g. params/norm/total.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="JSON output (the contract's shape).")] = False,
 ) -> None:
-    from marinctl.analysis.explain import explain
+    from marinctl.analysis.explain.explain import explain
     from marinctl.errors import UserError
     from marinctl.store import open_store
     from marinctl.store.lineage import resolve_target
@@ -55,7 +55,7 @@ def anomalies(
     run: Annotated[Optional[str], typer.Option("--run", metavar="RUN", help="hero (default), a run id, rung1..rung4.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
-    from marinctl.analysis.explain import anomalies as list_anomalies
+    from marinctl.analysis.explain.explain import anomalies as list_anomalies
     from marinctl.store import open_store
     from marinctl.store.lineage import resolve_target
 

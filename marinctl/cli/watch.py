@@ -1,6 +1,6 @@
 """`watch` (the live TUI) and `plot` (one chart on stdout, for scripts and pipes).
 
-Both draw what analysis computes (analysis/chart_data.py and chart_axis.py). `plot` never
+Both draw what analysis computes (views/chart_data.py and chart_axis.py). `plot` never
 imports textual: render/chart.py paints it on plotext's own figure, uncoloured when stdout
 is not a terminal.
 """
@@ -61,7 +61,7 @@ def plot(
     smoothing: Annotated[str, typer.Option("--smoothing", help="none, ema or debiased.")] = "ema",
     x_axis: Annotated[str, typer.Option("--x", help="step, tokens, fraction or wall.")] = "step",
 ) -> None:
-    from marinctl.analysis import chart_axis, chart_data
+    from marinctl.views import chart_axis, chart_data
     from marinctl.render.chart import chart_text
     from marinctl.store import open_store
     from marinctl.store import metrics as M

@@ -13,8 +13,8 @@ import math
 import numpy as np
 
 from marinctl import numbers
-from marinctl.analysis.chart_axis import Axis
-from marinctl.analysis.chart_data import PanelData
+from marinctl.views.chart_axis import Axis
+from marinctl.views.chart_data import PanelData
 
 RAW_COLOR = (90, 90, 110)
 LINE_COLOR = (80, 170, 255)

@@ -11,8 +11,8 @@ import textwrap
 from typing import Any, Sequence
 
 from marinctl import numbers as N
-from marinctl.analysis.chart_data import Marker
-from marinctl.analysis.explanations import rise
+from marinctl.views.chart_data import Marker
+from marinctl.analysis.explain.explanations import rise
 from marinctl.text import inert
 
 
@@ -25,7 +25,7 @@ def _wrap(text: str, indent: str = "   ", width: int = 96) -> list[str]:
 
 
 def explain_text(doc: dict[str, Any]) -> str:
-    """Human form of the explain document (analysis/explain.py's `explain`)."""
+    """Human form of the explain document (analysis/explain/explain.py's `explain`)."""
     lines = []
     head = f"explain step {N.count(doc['step'])} · {_t(doc['run'])}"
     if doc.get("stitched"):

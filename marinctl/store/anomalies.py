@@ -1,4 +1,4 @@
-"""The `anomalies` table: what analysis/detectors.py found, per run and step.
+"""The `anomalies` table: what analysis/detect/detectors.py found, per run and step.
 
 Detection re-scores a window at each pass, so writing is "replace everything this run
 holds from step N on (except the kinds that record history itself, like `rewind`) with

@@ -4,7 +4,7 @@ Writers: `upsert` (one GitHub or logbook event; stable ids make a rewrite an upd
 a commit seen through two paths gains the path instead of a duplicate), `put_run_note` (what a
 sync noted about a run at a step: a resumed segment, a rewind), `remove_comments_except`
 (comments deleted on GitHub), `write_console`
-(a window of `.wandb` console lines in bulk) and `set_alignment` (what analysis/align.py
+(a window of `.wandb` console lines in bulk) and `set_alignment` (what analysis/events/align.py
 decided). Readers return raw text: printing it goes through `marinctl.text`.
 """
 

@@ -1,6 +1,6 @@
 """What the pipeline derives once new data has landed: events on the step axis, anomalies.
 
-Analysis computes (analysis/align.py, analysis/detection.py) and returns plain values;
+Analysis computes (analysis/events/align.py, analysis/detect/detection.py) and returns plain values;
 this module writes them through the store, each pass in one transaction with its position.
 """
 
@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from marinctl.analysis import align, detection
+from marinctl.analysis.events import align
+
+from marinctl.analysis.detect import detection
 from marinctl.store import Connection, Store, anomalies, events, runs, state
 
 

@@ -21,7 +21,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, OptionList, Static
 
-from marinctl.analysis.watch_view import View, ViewParams
+from marinctl.views.watch_view import View, ViewParams
 from marinctl.errors import MarinctlError
 from marinctl.store import Store
 from marinctl.tui import messages as msg

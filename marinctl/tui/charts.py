@@ -17,8 +17,8 @@ from textual.app import RenderResult
 from textual.message import Message
 from textual_plotext import PlotextPlot
 
-from marinctl.analysis.chart_axis import Axis
-from marinctl.analysis.chart_data import PanelData
+from marinctl.views.chart_axis import Axis
+from marinctl.views.chart_data import PanelData
 from marinctl.tui.frames import Frame, FrameSpec, build_frame
 
 

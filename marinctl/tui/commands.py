@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Iterable
 from textual.app import SystemCommand
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from marinctl.analysis.metric_pages import browsable, is_system
+from marinctl.views.metric_pages import browsable, is_system
 from marinctl.text import inert
 
 if TYPE_CHECKING:

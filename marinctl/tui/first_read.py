@@ -46,7 +46,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from marinctl.analysis.watch_view import View, ViewParams
+    from marinctl.views.watch_view import View, ViewParams
     from marinctl.store import Store
     from marinctl.tui import settings
 
@@ -62,7 +62,7 @@ FRAMES_WAIT_S = 0.5      # the first load waits this long at most for frames the
 
 def params_for(layout: settings.Layout, ref: str | None) -> ViewParams:
     """The view a remembered layout asks for, of run `ref` (before the screen's size is known)."""
-    from marinctl.analysis.watch_view import ViewParams
+    from marinctl.views.watch_view import ViewParams
 
     return ViewParams(ref=ref, cols=layout.cols, rows=layout.rows, pattern=layout.pattern,
                       collapsed=frozenset(layout.collapsed), smoothing=layout.smoothing, xmode=layout.xmode,
@@ -92,7 +92,7 @@ def _plan_and_read(store: Store, target: str | None, terminal: tuple[int, int], 
 
 def _plan_and_read_held(store: Store, target: str | None, terminal: tuple[int, int], send, *, catch_up: bool,
                         release) -> None:
-    from marinctl.analysis.watch_view import build_view, key_list, with_keys
+    from marinctl.views.watch_view import build_view, key_list, with_keys
     from marinctl.errors import MarinctlError
     from marinctl.sync import plan_watch
     from marinctl.sync.targets import local_targets

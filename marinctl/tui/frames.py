@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 from plotext._figure import _figure_class as PlotextFigure
 from rich.text import Text
 
-from marinctl.analysis.chart_axis import Axis
-from marinctl.analysis.chart_data import PanelData
-from marinctl.analysis.metric_pages import Section
+from marinctl.views.chart_axis import Axis
+from marinctl.views.chart_data import PanelData
+from marinctl.views.metric_pages import Section
 from marinctl.render.chart import fit_range, paint
 
 if TYPE_CHECKING:

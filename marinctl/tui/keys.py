@@ -11,8 +11,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from marinctl import numbers as N
-from marinctl.analysis.chart_axis import X_MODES
-from marinctl.analysis.chart_data import SMOOTHINGS
+from marinctl.views.chart_axis import X_MODES
+from marinctl.views.chart_data import SMOOTHINGS
 from marinctl.tui.paint import view_cursor
 from marinctl.tui.readout import markers_near
 from marinctl.tui.screens.help import HelpScreen

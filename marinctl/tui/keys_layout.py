@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from marinctl.analysis.metric_pages import CURATED
+from marinctl.views.metric_pages import CURATED
 from marinctl.text import inert
 from marinctl.tui import settings as S
 from marinctl.tui.charts import MetricChart
@@ -54,7 +54,7 @@ class LayoutActions:
         self.save_layout()
 
     def action_toggle_all_sections(self: WatchApp) -> None:
-        from marinctl.analysis.metric_pages import browsable, group_of
+        from marinctl.views.metric_pages import browsable, group_of
 
         keys = browsable(list(self.params.all_keys or ()))
         every = {CURATED} | {group_of(k) for k in keys}
@@ -64,7 +64,7 @@ class LayoutActions:
 
     def jump_to_key(self: WatchApp, key: str) -> None:
         """The palette's `key:` commands: show the page holding `key` and focus its chart."""
-        from marinctl.analysis.metric_pages import group_of
+        from marinctl.views.metric_pages import group_of
 
         collapsed = self.params.collapsed - {group_of(key)}
         pattern = self.params.pattern

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from marinctl import numbers as N
-from marinctl.analysis.chart_data import Logged
-from marinctl.analysis.watch_view import View
+from marinctl.views.chart_data import Logged
+from marinctl.views.watch_view import View
 from marinctl.tui.frames import Frame, FrameSpec, chart_size_for, chart_sizes_for, chart_slot
 
 

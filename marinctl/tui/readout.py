@@ -1,14 +1,14 @@
 """The text lines around the charts: the cursor readout and the current view settings.
 
-Pure functions of the view (analysis/watch_view.py) so the words can be checked without a
+Pure functions of the view (views/watch_view.py) so the words can be checked without a
 terminal; numbers through `marinctl.numbers`, stored names through `inert`.
 """
 
 from __future__ import annotations
 
 from marinctl import numbers as N
-from marinctl.analysis.chart_data import Logged, Marker
-from marinctl.analysis.watch_view import View
+from marinctl.views.chart_data import Logged, Marker
+from marinctl.views.watch_view import View
 from marinctl.text import inert
 from marinctl.tui.paint import value_text
 

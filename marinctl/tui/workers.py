@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from textual.worker import get_current_worker
 
-from marinctl.analysis.chart_data import Marker, PanelData
-from marinctl.analysis.watch_view import View, ViewParams, build_view, key_list
+from marinctl.views.chart_data import Marker, PanelData
+from marinctl.views.watch_view import View, ViewParams, build_view, key_list
 from marinctl.errors import MarinctlError, RuntimeFailure
 from marinctl.tui import messages as msg
 from marinctl.tui.charts import register_theme
@@ -132,7 +132,7 @@ class Workers:
 
     def _explain_worker(self: WatchApp, ref: str | None, step: int, nearby: list[Marker]) -> None:
         """The same document and words as `marinctl explain step N`, for the run on screen."""
-        from marinctl.analysis.explain import explain
+        from marinctl.analysis.explain.explain import explain
         from marinctl.render.explain import panel_text
         from marinctl.store.lineage import resolve_target
 
@@ -155,7 +155,7 @@ class Workers:
         self.post_message(msg.KeysLoaded(ref, keys))
 
     def _pane_worker(self: WatchApp, ref: str | None) -> None:
-        from marinctl.analysis.run_panes import run_pane
+        from marinctl.views.run_panes import run_pane
         from marinctl.store.lineage import resolve_target
 
         try:

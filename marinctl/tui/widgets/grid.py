@@ -15,7 +15,7 @@ from textual.containers import Container, Vertical
 from textual.message import Message
 from textual.widgets import Static
 
-from marinctl.analysis.metric_pages import Section
+from marinctl.views.metric_pages import Section
 from marinctl.text import inert
 from marinctl.tui.charts import MetricChart
 from marinctl.tui.frames import chart_size_for, chart_slot

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from marinctl.analysis.watch_view import View
+from marinctl.views.watch_view import View
 from marinctl.render.chart import LINE_COLOR, overlay_color
 from marinctl.text import inert
 

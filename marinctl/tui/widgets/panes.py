@@ -12,7 +12,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Input, Static
 
-from marinctl.analysis.run_panes import RunPane, Row, matching_rows
+from marinctl.views.run_panes import RunPane, Row, matching_rows
 from marinctl.text import inert
 from marinctl.tui.charts import MetricChart
 

@@ -7,7 +7,7 @@ from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
 from marinctl import numbers
-from marinctl.analysis.run_list import SidebarEntry
+from marinctl.views.run_list import SidebarEntry
 from marinctl.render.chart import overlay_color
 from marinctl.text import inert
 

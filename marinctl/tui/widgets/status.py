@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from marinctl import numbers as N
-from marinctl.analysis.run_header import HeaderStats
+from marinctl.views.run_header import HeaderStats
 from marinctl.text import inert
 
 _STATE_STYLE = {"live": "bold green", "stale": "yellow", "crashed": "bold red", "finished": "cyan"}

@@ -15,8 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
-from marinctl.analysis.chart_axis import Axis, axis_for
-from marinctl.analysis.chart_data import Overlay
+from marinctl.views.chart_axis import Axis, axis_for
+from marinctl.views.chart_data import Overlay
 from marinctl.analysis.schedule import schedule_of, schedule_of_target
 from marinctl.store import Connection
 from marinctl.store import series as S

@@ -12,14 +12,14 @@ import math
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from marinctl.analysis import metric_pages as MP
-from marinctl.analysis.chart_axis import Axis, axis_for
-from marinctl.analysis.chart_data import DEFAULT_PANELS, Logged, Marker, PanelData, envelopes, load_panel, markers_for, predicted_band
-from marinctl.analysis.compare import LegendEntry, compare_lines, ladder_lines
-from marinctl.analysis.run_header import HeaderStats, header_stats
-from marinctl.analysis.run_list import SidebarEntry, sidebar_entries
+from marinctl.views import metric_pages as MP
+from marinctl.views.chart_axis import Axis, axis_for
+from marinctl.views.chart_data import DEFAULT_PANELS, Logged, Marker, PanelData, envelopes, load_panel, markers_for, predicted_band
+from marinctl.views.compare import LegendEntry, compare_lines, ladder_lines
+from marinctl.views.run_header import HeaderStats, header_stats
+from marinctl.views.run_list import SidebarEntry, sidebar_entries
 from marinctl.analysis.schedule import schedule_of_target
-from marinctl.analysis.system_panels import stored_keys, system_panels
+from marinctl.views.system_panels import stored_keys, system_panels
 from marinctl.store import runs as runs_store
 from marinctl.store import series as S
 

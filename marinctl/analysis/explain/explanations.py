@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from marinctl import numbers as N
-from marinctl.analysis import roles as roles_mod
-
+from marinctl.analysis.explain import roles as roles_mod
 ROLE_NOTES = {
     roles_mod.HEURISTIC: "set without gradients by the load-balancing rule (QB replaces it each step, so its norm can jump in one step)",
     roles_mod.MUONH: "trained by MuonH: its Frobenius norm is held constant (hyperball), so any drift is abnormal",

@@ -107,7 +107,7 @@ def lineage_points(target, step: int, window: int) -> list[dict[str, Any]]:
 
 
 def events_near(con: Connection, target, step: int, window: int) -> list[dict[str, Any]]:
-    from marinctl.analysis.timeline import query_events
+    from marinctl.analysis.events.timeline import query_events
     from marinctl.errors import UserError
 
     ref = "hero" if target.name == "hero" else target.leaf["run_id"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from marinctl.analysis.run_header import liveness
+from marinctl.views.run_header import liveness
 from marinctl.store import Connection
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from marinctl import numbers as N
-from marinctl.analysis.explanations import headline
+from marinctl.analysis.explain.explanations import headline
 
 GROUP_ROWS = 3
 SEVERITY = {"nonfinite": 5.0, "overflow": 4.0, "co_spike": 3.0, "logit_growth": 3.0, "sustained_rise": 3.0, "spike": 2.5,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marinctl import numbers as N
-from marinctl.analysis.run_header import HeaderStats, header_stats
+from marinctl.views.run_header import HeaderStats, header_stats
 from marinctl.analysis.schedule import config_of
 from marinctl.store import Connection
 from marinctl.store import runs as R

@@ -20,14 +20,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from marinctl.analysis import detectors as D
+from marinctl.analysis.detect import detectors as D
 from marinctl.domain import Anomaly
 from marinctl.store import Connection, history, metrics, state
 
 REVISIT = 100               # steps re-scored at each incremental pass (episodes straddling the watermark)
 FINGERPRINT_EVERY = 500     # steps between stored _timestamp fingerprints (rewind detection)
 # Bump when what the detectors (or the parameter roles they read) find changes. 2: RMSNorm gains
-# (`rms_attn.weight`) and embed_gated_norm's matrices get their own update rule (analysis/roles.py).
+# (`rms_attn.weight`) and embed_gated_norm's matrices get their own update rule (analysis/explain/roles.py).
 DETECTORS = 2
 
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from marinctl.analysis.chart_axis import Axis
-from marinctl.analysis.chart_data import PanelData, smooth
+from marinctl.views.chart_axis import Axis
+from marinctl.views.chart_data import PanelData, smooth
 from marinctl.store import Connection
 from marinctl.store import metrics as M
 from marinctl.store import system as system_store

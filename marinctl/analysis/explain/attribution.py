@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from marinctl.analysis.roles import MODULE_LABELS, RecipeRoles, leaf_path
+from marinctl.analysis.explain.roles import MODULE_LABELS, RecipeRoles, leaf_path
 from marinctl.store import Connection, history
 from marinctl.store import metrics as M
 

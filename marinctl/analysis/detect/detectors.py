@@ -20,7 +20,7 @@ Detectors and thresholds (each with its source; peers.md §B.1, marin.md §5):
 - **nonfinite**: any NaN/Inf value (Marin: instability = NaN/Inf; grug crashes on them).
 - **step_gap**, **resume** (wall-clock gap > max(10× median step time, 10 min) with no step
   gap; the watcher's SLOW rule and Marin's 30-min wedge alert bound it), **fork** (from the
-  lineage), **rewind** (history the store saw before was rewritten; see analysis/detection.py).
+  lineage), **rewind** (history the store saw before was rewritten; see analysis/detect/detection.py).
 - **throughput_collapse**: 30-step median tokens/s below 0.75 × the median of the 1,000
   steps before — Marin "sustained 20–30% below baseline" (marin.md §5); watcher SLOW uses
   the median of 30 step times > 1.25× baseline.
@@ -51,8 +51,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from marinctl.analysis import episodes, numerics, trends
-from marinctl.analysis import roles as roles_mod
+from marinctl.analysis.detect import episodes, numerics, trends
+from marinctl.analysis.explain import roles as roles_mod
 from marinctl.domain import Anomaly
 from marinctl.store import Connection, history, rolling
 from marinctl.store.metrics import Segment
@@ -123,7 +123,7 @@ def frame(con: Connection, run_pk: int) -> RunFrame:
 
 
 def frame_of(con: Connection, run: dict[str, Any]) -> RunFrame:
-    from marinctl.analysis.context import schedule_points, warmup_end_step
+    from marinctl.analysis.explain.context import schedule_points, warmup_end_step
     from marinctl.store import lineage
 
     chain = lineage.chain(con, run)
@@ -304,8 +304,7 @@ def hyperball_drift(con: Connection, fr: RunFrame, data: pa.Table, refs: dict[st
 
 def param_norm_jumps(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner: Owner,
                      attribute: bool = True, cols: dict[str, Series] | None = None) -> list[Anomaly]:
-    from marinctl.analysis import attribution as att_mod
-
+    from marinctl.analysis.explain import attribution as att_mod
     rows = rolling.log_change_z(con, data, PNORM, window=NORM_WINDOW, min_points=NORM_MIN_POINTS,
                                 min_change=NORM_MIN_DLOG, bar=SPIKE_Z, lo=max(emit_lo, SKIP_BEFORE), hi=emit_hi, per_step=True)
     steps = (cols if cols is not None else split_keys(con, data)).get(PNORM, (np.empty(0, np.int64), None))[0]

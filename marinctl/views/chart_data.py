@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from marinctl.analysis.chart_axis import Axis
+from marinctl.views.chart_axis import Axis
 from marinctl.store import Connection
 from marinctl.store import anomalies as anomalies_store
 from marinctl.store import events as events_store
@@ -226,7 +226,7 @@ def markers_for(con: Connection, target: Target, lo: int, hi: int) -> list[Marke
     return out
 
 
-# --- overlays (other runs: analysis/compare.py) ---------------------------------------------
+# --- overlays (other runs: views/compare.py) ---------------------------------------------
 
 def predicted_band(con: Connection, key: str, axis: Axis) -> Band | None:
     """The ladder's predicted band over the hero (None without three synced rungs)."""

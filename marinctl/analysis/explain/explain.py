@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from marinctl.analysis import context as ctx_mod
-from marinctl.analysis import detection
-from marinctl.analysis import detectors as D
-from marinctl.analysis import ranking
-from marinctl.analysis import roles as roles_mod
-from marinctl.analysis.explanations import ROLE_NOTES, explanation
+from marinctl.analysis.explain import context as ctx_mod
+from marinctl.analysis.detect import detection
+from marinctl.analysis.detect import detectors as D
+from marinctl.analysis.detect import ranking
+from marinctl.analysis.explain import roles as roles_mod
+from marinctl.analysis.explain.explanations import ROLE_NOTES, explanation
 from marinctl.errors import UserError
 from marinctl.store import Connection
 from marinctl.store import anomalies as anomalies_store
@@ -56,8 +56,7 @@ def _confidence(a: dict[str, Any]) -> float:
 
 
 def _finding(con, target: Target, a: dict[str, Any], recipe) -> dict[str, Any]:
-    from marinctl.analysis import attribution as att_mod
-
+    from marinctl.analysis.explain import attribution as att_mod
     run = target.run_at(a["step"])
     d = dict(a["details"])
     attribution: list[dict[str, Any]] = []

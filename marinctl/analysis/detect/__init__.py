@@ -1,0 +1,1 @@
+"""Detection: the anomaly detectors, their episodes and trends, one pass over new steps."""

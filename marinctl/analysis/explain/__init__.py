@@ -1,0 +1,1 @@
+"""Why a step looks as it does: findings ranked, attributed, explained, in context."""
