@@ -108,10 +108,7 @@ def export(
     with open_store().connect() as con:
         target = resolve_target(con, run, stitched=stitched)
         if key_list:
-            missing = metrics.unknown_keys(con, key_list)
-            if missing:
-                raise UserError(f"unknown metric key(s): {', '.join(missing)}",
-                                "list keys with `marinctl sql \"SELECT key FROM metric_keys\"`")
+            metrics.require_keys(con, key_list)
         if fmt == "parquet":
             out.parent.mkdir(parents=True, exist_ok=True)
             rows = metrics.export_parquet(con, target.segments, key_list, out)   # streamed: bounded memory

@@ -16,7 +16,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from marinctl.errors import RuntimeFailure
+from marinctl.errors import StoreLocked
 from marinctl.store import schema
 from marinctl.store.engine import duckdb
 
@@ -71,7 +71,7 @@ class Store:
                     raise
                 last = exc
             if time.monotonic() >= deadline:
-                raise RuntimeFailure(
+                raise StoreLocked(
                     f"the store {self.path} is locked by another marinctl process ({_holder(last)})",
                     "wait for it to finish, or stop the `marinctl watch`/`sync` that holds it",
                 )

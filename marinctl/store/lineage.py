@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from marinctl.errors import UserError
+from marinctl.errors import UnknownRun, UserError
 from marinctl.store import Connection
 from marinctl.store import runs as runs_mod
 from marinctl.store import metrics
@@ -122,7 +122,7 @@ def resolve_target(con: Connection, ref: str | None, *, stitched: bool = False) 
             if len(all_runs) == 1:
                 return single(all_runs[0])
             if not all_runs:
-                raise UserError("the store holds no runs yet", "mirror some with `marinctl sync` (or try `marinctl demo`)")
+                raise UnknownRun("the store holds no runs yet", "mirror some with `marinctl sync` (or try `marinctl demo`)")
             raise UserError(
                 f"the store holds {len(all_runs)} runs and no hero lineage; say which with --run",
                 "list them with `marinctl runs`",
@@ -131,7 +131,7 @@ def resolve_target(con: Connection, ref: str | None, *, stitched: bool = False) 
     if ref == "hero":
         leaf = hero_leaf(con)
         if leaf is None:
-            raise UserError("no hero run in the store", "mirror it with `marinctl sync marin`")
+            raise UnknownRun("no hero run in the store", "mirror it with `marinctl sync marin`")
         return stitched_target("hero", leaf, con)
     run = runs_mod.resolve_run(con, ref)
     if stitched:

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from marinctl.domain import RunInfo
-from marinctl.errors import UserError
+from marinctl.errors import AmbiguousRun, UnknownRun
 from marinctl.store import Connection, first
 
 RUN_COLUMNS = (
@@ -206,7 +206,7 @@ def resolve_run(con: Connection, ref: str) -> dict[str, Any]:
         found = find_rung_runs(con, ref)
         if found:
             return found[-1]
-        raise UserError(
+        raise UnknownRun(
             f"no synced run for {ref} ({RUNG_NAMES[ref]})",
             "sync the ladder with `marinctl sync marin`, or list what is stored with `marinctl runs`",
         )
@@ -220,12 +220,12 @@ def resolve_run(con: Connection, ref: str) -> dict[str, Any]:
     if entity:
         rows = [r for r in rows if r["entity"] == entity and r["project"] == project] or rows
     if not rows:
-        raise UserError(f"unknown run {ref!r}: it is not in the store", "list stored runs with `marinctl runs`")
+        raise UnknownRun(f"unknown run {ref!r}: it is not in the store", "list stored runs with `marinctl runs`")
     exact = [r for r in rows if r["uid"] == ref or r["run_id"] == run_id]
     pick = exact or rows
     ids = {r["uid"] for r in pick}
     if len(ids) > 1 and not any(r["uid"] == ref for r in pick):
-        raise UserError(
+        raise AmbiguousRun(
             f"run {ref!r} is ambiguous: {', '.join(sorted(ids))}",
             "name it as ENTITY/PROJECT/RUN_ID (see `marinctl runs`)",
         )
