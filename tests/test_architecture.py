@@ -40,7 +40,7 @@ SQL_WRITE = re.compile(
     r"CREATE\s+(OR\s+REPLACE\s+)?(TEMP\s+|TEMPORARY\s+)?(TABLE|VIEW|INDEX|SEQUENCE)|DROP\s+(TABLE|VIEW|INDEX|SEQUENCE)|ALTER\s+TABLE)\b"
 )
 SQL_TABLE = re.compile(r"\b(FROM|JOIN|INTO|UPDATE)\s+(" + "|".join(TABLES) + r")\b")
-QUIET_LAYERS = ("ground", "sources", "store", "analysis", "sync")
+QUIET_LAYERS = ("ground", "sources", "store", "analysis", "sync", "web")
 # ARCHITECTURE.md, Layers: the package's module `__getattr__` is the ground floor's one door to
 # the api layer (`marinctl.open` imported on first use); (file, function, the layer it may reach).
 LAZY_DOOR = ("marinctl/__init__.py", "__getattr__", "api")

@@ -16,6 +16,10 @@ import typer
 
 from marinctl.errors import UserError
 
+# textual-serve runs each tab's watch with pipes for a terminal and this driver speaking to the
+# browser (`marinctl serve`): the one way watch runs without a tty
+WEB_DRIVER = "textual.drivers.web_driver:WebDriver"
+
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
@@ -33,7 +37,7 @@ def watch(
 ) -> None:
     if not interval > 0:
         raise UserError(f"--interval must be a positive number of seconds, not {interval}", "try `marinctl watch --interval 30`")
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+    if not (sys.stdin.isatty() and sys.stdout.isatty()) and os.environ.get("TEXTUAL_DRIVER") != WEB_DRIVER:
         raise UserError("watch needs an interactive terminal", "for scripts and pipes use `marinctl plot KEY [--run RUN]`")
     # numpy's OpenBLAS starts a thread per core that spins after each call; watch's arrays are small
     # and the spinning took the other core from the start (numpy's import: 150 ms of CPU, 74 with one)
