@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from marinctl.cli import output
+from marinctl.cli import complete, output
 from marinctl.errors import UserError
 
 
@@ -45,7 +45,7 @@ def runs(json_out: Annotated[bool, typer.Option("--json", help="JSON output.")] 
 
 
 def show(
-    run: Annotated[str, typer.Argument(metavar="RUN")],
+    run: Annotated[str, typer.Argument(metavar="RUN", autocompletion=complete.runs)],
     json_out: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
     from marinctl.store import open_store
@@ -91,8 +91,8 @@ def _flatten(obj, prefix: str = "") -> list[tuple[str, object]]:
 
 
 def export(
-    run: Annotated[str, typer.Argument(metavar="RUN")],
-    keys: Annotated[Optional[str], typer.Option("--keys", help="Comma-separated metric keys (default: all).")] = None,
+    run: Annotated[str, typer.Argument(metavar="RUN", autocompletion=complete.runs)],
+    keys: Annotated[Optional[str], typer.Option("--keys", help="Comma-separated metric keys (default: all).", autocompletion=complete.key_list)] = None,
     fmt: Annotated[str, typer.Option("--format", help="csv or parquet.")] = "csv",
     out: Annotated[Optional[Path], typer.Option("--out", help="Output file (default: stdout for csv).")] = None,
     stitched: Annotated[bool, typer.Option("--stitched", help="Follow the fork lineage: each step from the newest run covering it.")] = False,

@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from marinctl.cli import complete
 from marinctl.errors import RuntimeFailure, UserError
 
 TOKEN = re.compile(r"[A-Za-z0-9._~-]{16,}")      # URL-safe, so it travels in a query unescaped
@@ -25,7 +26,7 @@ def register(app: typer.Typer) -> None:
 
 
 def serve(
-    target: Annotated[Optional[str], typer.Argument(metavar="TARGET", help="What each tab watches, as `marinctl watch TARGET` takes it (default: the hero lineage).")] = None,
+    target: Annotated[Optional[str], typer.Argument(metavar="TARGET", help="What each tab watches, as `marinctl watch TARGET` takes it (default: the hero lineage).", autocompletion=complete.targets)] = None,
     host: Annotated[str, typer.Option("--host", help="Address to listen on; any but loopback requires a token.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on (0: a free one, printed).")] = 8000,
     token: Annotated[Optional[str], typer.Option("--token", metavar="T", help="The token every request must carry as ?token=T (16+ URL-safe characters; generated off loopback when not given).")] = None,

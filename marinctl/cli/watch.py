@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from marinctl.cli import complete
 from marinctl.errors import UserError
 
 # textual-serve runs each tab's watch with pipes for a terminal and this driver speaking to the
@@ -32,7 +33,7 @@ def register(app: typer.Typer) -> None:
 
 
 def watch(
-    target: Annotated[Optional[str], typer.Argument(metavar="TARGET", help="What to follow (default: the hero lineage).")] = None,
+    target: Annotated[Optional[str], typer.Argument(metavar="TARGET", help="What to follow (default: the hero lineage).", autocompletion=complete.targets)] = None,
     interval: Annotated[float, typer.Option("--interval", help="Seconds between background syncs.")] = 30.0,
 ) -> None:
     if not interval > 0:
@@ -57,8 +58,8 @@ def watch(
 
 
 def plot(
-    key: Annotated[str, typer.Argument(metavar="KEY", help="Metric key, e.g. train/loss.")],
-    run: Annotated[Optional[str], typer.Option("--run", help="RUN (default: the hero lineage, or the only run stored).")] = None,
+    key: Annotated[str, typer.Argument(metavar="KEY", help="Metric key, e.g. train/loss.", autocompletion=complete.keys)],
+    run: Annotated[Optional[str], typer.Option("--run", help="RUN (default: the hero lineage, or the only run stored).", autocompletion=complete.runs)] = None,
     width: Annotated[Optional[int], typer.Option("--width", help="Columns (default: the terminal's, else 100).")] = None,
     height: Annotated[Optional[int], typer.Option("--height", help="Rows (default: 24).")] = None,
     log_y: Annotated[bool, typer.Option("--log-y", help="Logarithmic y axis.")] = False,

@@ -20,7 +20,7 @@ from marinctl.errors import StoreLocked
 from marinctl.store import schema
 from marinctl.store.engine import duckdb
 
-__all__ = ["Connection", "Store", "open_store", "first"]
+__all__ = ["Connection", "Store", "open_store", "first", "glance"]
 
 # What store functions take and return; other layers name it in type hints without importing duckdb.
 Connection = duckdb.DuckDBPyConnection
@@ -189,6 +189,29 @@ def _holder(exc: Exception) -> str:
     if "PID" in msg:
         return "PID" + msg.split("PID", 1)[1].split(")")[0]
     return "file lock held"
+
+
+@contextmanager
+def glance(path: Path | str) -> Iterator[duckdb.DuckDBPyConnection | None]:
+    """A read-only connection for a look that must never wait or write (shell completion), or
+    None: no file yet, another process holding it read-write (a sync), or a schema older than
+    this code (a migration is a write, left to the next command)."""
+    if not Path(path).is_file():
+        yield None
+        return
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        yield None
+        return
+    try:
+        try:    # the migrations table read directly: information_schema costs ~20 ms of a TAB
+            version = con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchall()[0][0]
+        except duckdb.Error:
+            version = 0
+        yield con if version >= schema.latest_version() else None
+    finally:
+        con.close()
 
 
 def open_store(path: Path | str | None = None) -> Store:

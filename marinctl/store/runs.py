@@ -176,6 +176,11 @@ def list_runs(con: Connection) -> list[dict[str, Any]]:
     return [row_to_dict(r, cur.description) for r in cur.fetchall()]
 
 
+def run_ids(con: Connection) -> list[str]:
+    """Every stored run's id (the name RUN takes), sorted, once each."""
+    return [r[0] for r in con.execute("SELECT DISTINCT run_id FROM runs ORDER BY run_id").fetchall()]
+
+
 def get_run(con: Connection, run_pk: int) -> dict[str, Any]:
     cur = con.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_pk = ?", [run_pk])
     return row_to_dict(cur.fetchall()[0], cur.description)
