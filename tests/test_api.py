@@ -293,3 +293,21 @@ def test_reads_while_sync_follow_writes(tmp_path):
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=10)
+
+
+# --- the README's notebook session -------------------------------------------------------------------------------
+
+def test_the_readme_session_runs(world, monkeypatch, capsys):
+    """The ```python block under README's "From Python" runs as written on the synced store."""
+    from tests.blackbox import ROOT
+
+    pytest.importorskip("pandas")
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"^### From Python.*?\n```python\n(.*?)^```", text, re.S | re.M)
+    assert block, "README.md has no ```python block under '### From Python'"
+    monkeypatch.setenv("MARINCTL_HOME", str(world["home"]))
+    scope: dict = {}
+    exec(compile(block.group(1), "README.md", "exec"), scope)
+    assert len(scope["h"]) > 100 and list(scope["h"].columns) == ["step", "train/loss", "optim/learning_rate"]
+    assert any(f["metric"] == "train/loss" for f in scope["doc"]["findings"])
+    assert "unknown run 'no-such-run': it is not in the store" in capsys.readouterr().out
