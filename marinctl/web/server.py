@@ -93,8 +93,9 @@ class WatchServer(Server):
     async def handle_index(self, request: web.Request) -> web.Response:
         if (full := self._full()) is not None:
             raise full
+        router = request.app.router
         base = f"{request.scheme}://{request.host}"
-        ws = ("wss:" if request.scheme == "https" else "ws:") + base.split(":", 1)[1] + str(request.app.router["websocket"].url_for())
+        ws = f"{'wss' if request.scheme == 'https' else 'ws'}://{request.host}{router['websocket'].url_for()}"
         if self.token is not None:
             # textual.js appends "?width=…&height=…" to this URL: after "&" that reads as a parameter
             # named "?width", which handle_websocket reads back
@@ -102,7 +103,7 @@ class WatchServer(Server):
         context = {
             "font_size": to_int(request.query.get("fontsize", "16"), 16),
             "app_websocket_url": ws,
-            "config": {"static": {"url": base + str(request.app.router["static"].url_for(filename="/")).rstrip("/") + "/"}},
+            "config": {"static": {"url": base + str(router["static"].url_for(filename="/")).rstrip("/") + "/"}},
             "application": {"name": self.title},
         }
         response = aiohttp_jinja2.render_template("app_index.html", request, context)
