@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
+import pathlib
 import subprocess
 
 import httpx
@@ -24,9 +26,22 @@ PATH = "marin-community/marin_moe"
 KEY = "x" * 40  # any 40-character key: the fake server accepts every key
 
 
+def _descends_from_us(pid: str) -> bool:
+    """Whether `pid` is a descendant of this test process (another suite's wandb-core is not ours)."""
+    me = os.getpid()
+    while pid not in ("0", "1"):
+        try:
+            pid = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+        except (OSError, IndexError):
+            return False
+        if pid == str(me):
+            return True
+    return False
+
+
 def _core_pids() -> set[str]:
     out = subprocess.run(["pgrep", "-f", "wandb-core"], capture_output=True, text=True).stdout
-    return set(out.split())
+    return {pid for pid in out.split() if _descends_from_us(pid)}
 
 
 @pytest.fixture(scope="module")
