@@ -379,7 +379,7 @@ class WandbClient:
 
 # -- parsing (no I/O: tested on fixtures) ---------------------------------------------------
 def loads(text: str | bytes) -> Any:
-    """JSON through orjson (4-5x faster on history rows, bench/STORE_DESIGN.md), falling back
+    """JSON through orjson (several times faster on history rows, bench/NOTES.md), falling back
     to the standard parser for what orjson refuses but W&B may send (bare NaN/Infinity)."""
     try:
         return orjson.loads(text)

@@ -1,7 +1,7 @@
 """The `history_parts` registry: W&B's exported parquet parts kept as the stored form of history.
 
 Re-encoding an export into long rows costs more than everything else a sync does
-(bench/STORE_DESIGN.md), so a downloaded part is kept as it is, under
+(bench/NOTES.md, "History parts"), so a downloaded part is kept as it is, under
 `<db name>.history/<sha1(run uid)[:16]>/<fresh name>.parquet`, and registered for a step
 range [lo, hi) of its run. Invariants, kept by every writer here and by
 `metrics.replace_range`:
