@@ -1,4 +1,4 @@
-"""Marin's hero MoE decoder (levanter `hero_model.py`, grug `moe_hero_ep`) in PyTorch, one rung at any width.
+"""Marin's hero MoE decoder (`lib/levanter/src/levanter/models/hero.py`, grug `moe_hero_ep`) in PyTorch, one rung at any width.
 
 Read it top to bottom: config → norms (RMSNorm, GatedNorm) → short convolution → half-RoPE →
 attention → SwiGLU (dense and shared experts) → block → decoder and loss. The routed MoE (router,

@@ -37,7 +37,7 @@ SCRIPTS = [p for p in MODULES if is_script(p)]
 
 @lru_cache(maxsize=1)
 def helps() -> dict[str, subprocess.CompletedProcess]:
-    """`python bench/X.py --help` for every script, all started at once."""
+    """`python bench/<script> --help` for every script, all started at once."""
     env = {**os.environ, "PYTHONPATH": ""}   # as a person runs it: each script finds the repo itself
     procs = {p.name: subprocess.Popen([sys.executable, str(p.relative_to(ROOT)), "--help"], cwd=ROOT, env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

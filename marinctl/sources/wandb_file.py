@@ -1,6 +1,7 @@
 """Reading W&B's `.wandb` transaction log: LevelDB-log framing, then protobuf `Record`s.
 
-Format (research/wandb.md §7.2): a 7-byte header `:W&B` + uint16 LE 0xBEE1 + version 0,
+Format (wandb/wandb's `core/pkg/leveldb/record.go`, `crc.go`; `wandb/proto/wandb_internal.proto`
+for the records): a 7-byte header `:W&B` + uint16 LE 0xBEE1 + version 0,
 then 32 KiB blocks of chunks `crc32 u32 | length u16 | type u8 | data`, types FULL/FIRST/
 MIDDLE/LAST; block tails under 7 bytes are zero padding. The CRC is zlib's IEEE crc32 of
 the data seeded with the type byte.

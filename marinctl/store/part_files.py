@@ -1,6 +1,8 @@
 """One exported parquet file read as history: which columns are metric keys, and their values.
 
-W&B's export format is only partly known (research/wandb.md §4.3), so reading is defensive:
+W&B's export format is only partly documented (wandb/wandb's `core/internal/runhistoryreader/`
+and `parquet/downloader.go` read it; how nested values and media appear is not said), so
+reading is defensive:
 - a metric key is a numeric column (floats; ints, bools and decimals cast to float64);
   strings, lists, maps, binary and media columns are skipped, as the JSON path skips them;
 - a struct column is flattened, its numeric fields named with `.` (`train.loss`), the way

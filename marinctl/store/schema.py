@@ -1,8 +1,8 @@
 """The store's schema, grown through numbered migrations.
 
-Each migration is a file `store/migrations/NNNN_name.sql`; `migrate()` applies the
-ones a database has not seen, together in one transaction, and records each in
-`schema_migrations`. Never edit an applied migration: add the next number.
+Each migration is a numbered file in `store/migrations/` (`0001_core.sql`, `0002_…`);
+`migrate()` applies the ones a database has not seen, together in one transaction, and records
+each in `schema_migrations`. Never edit an applied migration: add the next number.
 """
 
 from __future__ import annotations
