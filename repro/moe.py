@@ -80,7 +80,7 @@ def qb_beta_topk(margins_TE: torch.Tensor, top_k: int) -> torch.Tensor:
 @torch.no_grad()
 def top_k_rows(x_TE: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(values, ids) of each row's k largest, largest first. For the few a route picks (K+1 ≤ 4), k passes
-    of max cost a quarter of `topk` on a CPU (8,192 × 96, k = 3: 15.6 → 3.9 ms); above that, `topk`."""
+    of max cost a fraction of `topk` on a CPU (bench/NOTES.md, "repro"); above that, `topk`."""
     if k > 4:
         return x_TE.topk(k, dim=-1)
     rest = x_TE.clone()

@@ -281,8 +281,8 @@ def _require_wandb() -> None:
 
 @lru_cache(maxsize=1)
 def _pb():
-    """wandb's record protobufs, without running `wandb/__init__` (the whole SDK: ~0.5 s and ~40 MB
-    before `watch` on a fresh wandb/ dir can draw). The proto modules import only each other and
+    """wandb's record protobufs, without running `wandb/__init__` (the whole SDK, slow to import and
+    heavy, before `watch` on a fresh wandb/ dir can draw). The proto modules import only each other and
     google.protobuf; their classes live in protobuf's default pool, so a later `import wandb` in this
     process gets these very classes back."""
     _require_wandb()

@@ -12,7 +12,7 @@ reading is defensive:
 - a null cell means "not logged at this step"; NaN and ±Inf are values.
 
 Files are never rewritten, so each one's footer is parsed once per process (an LRU of open
-files: a 757-column footer costs ~10 ms to parse) and reads of one file are serialised.
+files: a footer of hundreds of columns is slow to parse) and reads of one file are serialised.
 """
 
 from __future__ import annotations

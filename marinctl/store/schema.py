@@ -53,8 +53,8 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[int]:
     if not pending:
         return []
     # one transaction for all that are pending: a new file's first open committed (and synced to
-    # disk) once per migration, 23 ms where one commit takes 7 (the first `watch` of a new home
-    # waits on it); a failure leaves the file as it was
+    # disk) once per migration, and the first `watch` of a new home waits on it; a failure leaves
+    # the file as it was
     con.execute("BEGIN TRANSACTION")
     try:
         for version, name, sql in pending:

@@ -127,7 +127,7 @@ def _thin(steps: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def trend(sig: Signal, lo: int, hi: int) -> dict[str, float] | None:
     """Mann–Kendall (Kendall's τ against the step) and Theil–Sen over [lo, hi] of a log signal."""
-    from scipy import stats   # only where the screen fired: scipy.stats costs ~0.5 s to import
+    from scipy import stats   # only where the screen fired: scipy.stats is slow to import (bench/NOTES.md)
 
     m = (sig.steps >= lo) & (sig.steps <= hi)
     steps, y = _thin(sig.steps[m], sig.y[m])
