@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from tests.blackbox import cli_json, env_with, marinctl_proc, marinctl_run, run_cli, sdk_env, sdk_write, start_wandb, stderr_lines
+from tests.blackbox import cli_json, env_with, marinctl_proc, marinctl_run, run_cli, sdk_env, sdk_write, stderr_lines, sync_served
 
 # The contract's minimum fields (shared/cli-contract.md, "Commands" and "explain step N --json").
 SYNC = {"runs", "events_added"}
@@ -56,16 +56,12 @@ def world(tmp_path_factory):
     home = tmp_path_factory.mktemp("contract-home")
     runs = hero_lineage(150, layers=1, experts=2, norm_every=50) + ladder_runs(200, layers=1, experts=2)
     runs[0].set_values("train/loss", [250], [40.0])        # one spike, so anomalies and findings are not empty
-    server = start_wandb(runs)
     with FakeGitHub() as gh:
         gh.add_issue(REPO, 1, "Hero status (synthetic)", "tracking", created_at="2026-08-30T00:00:00Z")
         gh.add_comment(REPO, 1, "loss spike at step 250 (synthetic)", created_at="2026-09-02T00:00:00Z")
-        env = {**sdk_env(), "MARINCTL_HOME": str(home), "WANDB_BASE_URL": server.url, "GITHUB_API_URL": gh.url}
-        try:
-            wandb_sync = marinctl_run(["sync", "marin-community/marin_moe", "--json"], env=env, timeout=300)
-            github_sync = marinctl_run(["sync", f"github:{REPO}#1", "--json"], env=env)
-        finally:
-            server.stop()
+        env = {**sdk_env(), "MARINCTL_HOME": str(home), "GITHUB_API_URL": gh.url}
+        wandb_sync = sync_served(runs, "marin-community/marin_moe", "--json", env=env)
+        github_sync = marinctl_run(["sync", f"github:{REPO}#1", "--json"], env=env)
     assert wandb_sync.returncode == 0, wandb_sync.stderr
     assert github_sync.returncode == 0, github_sync.stderr
     return {"home": home, "sync": json.loads(wandb_sync.stdout), "github_sync": json.loads(github_sync.stdout),
@@ -209,16 +205,13 @@ run.finish()
     assert "follow-synthetic" in err and re.search(r"\b\d+ rows?\b|\+\d+", err), err
 
 
-def test_sync_follow_of_a_wandb_run_says_on_stderr_what_it_wrote(tmp_path):
+def test_sync_follow_of_a_wandb_run_says_on_stderr_what_it_wrote(tmp_path, wandb_server):
     from tests.fakes.synth import marin_run
 
     run = marin_run("follow-remote-synthetic", steps=60, layers=1, experts=2, norm_every=100, eval_every=100)
-    server = start_wandb([run])
-    try:
-        err = _follow(["sync", f"{run.entity}/{run.project}/{run.run_id}", "--follow", "--interval", "1"],
-                      env_with(MARINCTL_HOME=str(tmp_path / "h"), WANDB_BASE_URL=server.url), run.run_id)
-    finally:
-        server.stop()
+    server = wandb_server([run])
+    err = _follow(["sync", f"{run.entity}/{run.project}/{run.run_id}", "--follow", "--interval", "1"],
+                  env_with(MARINCTL_HOME=str(tmp_path / "h"), WANDB_BASE_URL=server.url), run.run_id)
     assert re.search(rf"{re.escape(run.run_id)}: \+[\d,]+ rows", err), err
 
 
@@ -255,21 +248,18 @@ def _follow(args, env, needle, timeout=60.0) -> str:
 # --- the mixture file (issue 14 #12: PR #9162's mixture) ----------------------------------------------------
 
 
-def test_mix_reads_the_synced_mixture_file(cli, monkeypatch):
+def test_mix_reads_the_synced_mixture_file(cli, github_server):
     """The file in one of the shapes mix reads (stages with their start steps) is what mix shows; a
     file it cannot read falls back and says so (tests/test_mix.py)."""
-    from tests.fakes.github_server import FakeGitHub
-
     path = "experiments/grug/moe_hero_ep/harrier_mix_2026_08_18.json"
     doc = {"name": "harrier (synthetic stand-in)", "stages": [          # stages with their start steps
         {"start_step": 0, "weights": {"web": 0.6, "code": 0.4}},
         {"start_step": 108000, "weights": {"web": 0.5, "code": 0.5}},
         {"start_step": 312192, "weights": {"web": 0.3, "code": 0.7}}]}
-    with FakeGitHub() as gh:
-        gh.set_file("marin-community/marin", path, json.dumps(doc))
-        gh.add_commit("marin-community/marin", "b" * 40, "mix (synthetic)", paths=(path,), date="2026-09-01T00:00:00Z")
-        monkeypatch.setenv("GITHUB_API_URL", gh.url)
-        run_cli(cli, "sync", f"github:marin-community/marin/{path}")
+    gh = github_server()
+    gh.set_file("marin-community/marin", path, json.dumps(doc))
+    gh.add_commit("marin-community/marin", "b" * 40, "mix (synthetic)", paths=(path,), date="2026-09-01T00:00:00Z")
+    run_cli(cli, "sync", f"github:marin-community/marin/{path}")
     code, out, err = cli("mix", "--json")
     assert code == 0, err
     mix = json.loads(out)

@@ -83,19 +83,14 @@ def test_mix_phases_are_the_runs_own(mc, kind):
 def with_a_nan_run(tmp_path_factory):
     """A copy of the home plus one more SYNTHETIC run with a NaN loss at step 150 (the kinds have no
     anomaly of their own): anomalies that `--run` must keep out, and ones it must list."""
-    from tests.blackbox import marinctl_run, sdk_env, start_wandb
+    from tests.blackbox import sdk_env, sync_served
     from tests.fakes.synth import marin_run
     from tests.run_kinds import copy_home
 
     home = copy_home(tmp_path_factory, tmp_path_factory.mktemp("kinds-nan") / "home")
     run = marin_run("nan-synthetic", steps=300, layers=1, experts=2, norm_every=50)
     run.set_values("train/loss", [150], [float("nan")])
-    server = start_wandb([run])
-    try:
-        done = marinctl_run(["sync", f"{run.entity}/{run.project}/{run.run_id}"],
-                            env={**sdk_env(), "MARINCTL_HOME": str(home), "WANDB_BASE_URL": server.url})
-    finally:
-        server.stop()
+    done = sync_served([run], f"{run.entity}/{run.project}/{run.run_id}", env={**sdk_env(), "MARINCTL_HOME": str(home)})
     assert done.returncode == 0, done.stderr
     return home, run.run_id
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from repro.wandb_log import teardown as teardown_wandb  # wandb.teardown() that cannot wait for ever
-from tests.blackbox import env_with, marinctl_proc, run_cli, sdk_env, sdk_write, start_wandb, wandb_files
+from tests.blackbox import env_with, marinctl_proc, run_cli, sdk_env, sdk_write, wandb_files
 from tests.watch_pilot import open_watch, run_test, wait_for_text
 
 E, P = "synthetic-lab", "system-synthetic"
@@ -273,12 +273,9 @@ def sdk_system_rows(url: str, path: str) -> list[tuple[str, float, float]]:
 
 
 @pytest.fixture
-def remote(monkeypatch):
+def remote(wandb_server):
     run = _remote_run("events-synthetic")
-    server = start_wandb([run], exported_until={run.run_id: 0})
-    monkeypatch.setenv("WANDB_BASE_URL", server.url)
-    yield server, run
-    server.stop()
+    return wandb_server([run], exported_until={run.run_id: 0}), run
 
 
 @pytest.mark.asyncio
@@ -340,7 +337,7 @@ def test_a_running_remote_run_gets_its_latest_sample_set(remote, cli):
 
 
 @pytest.mark.parametrize("op", ["HistoryPage", "RunSystemEvents"])
-def test_a_sync_killed_before_or_at_the_events_request_resumes_to_the_same_set(tmp_path, cli, monkeypatch, op):
+def test_a_sync_killed_before_or_at_the_events_request_resumes_to_the_same_set(tmp_path, cli, wandb_server, op):
     run = _remote_run("events-kill-synthetic")
     fired = threading.Event()
     pid: list[int] = []
@@ -350,20 +347,16 @@ def test_a_sync_killed_before_or_at_the_events_request_resumes_to_the_same_set(t
             fired.set()
             os.kill(pid[0], signal.SIGKILL)
 
-    server = start_wandb([run], exported_until={run.run_id: 0}, on_request=kill_at)
+    server = wandb_server([run], exported_until={run.run_id: 0}, on_request=kill_at)
     home = tmp_path / "killed"
-    try:
-        proc = marinctl_proc(["sync", f"{E}/{P}/{run.run_id}"], env=env_with(MARINCTL_HOME=str(home),
-                             WANDB_BASE_URL=server.url), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        pid.append(proc.pid)
-        _, err = proc.communicate(timeout=120)
-        assert fired.is_set() and proc.returncode == -signal.SIGKILL, err.decode()[-2000:]
-        monkeypatch.setenv("WANDB_BASE_URL", server.url)
-        run_cli(cli, "--home", str(home), "sync", f"{E}/{P}/{run.run_id}")
-        got = stored_samples(cli, run.run_id, "--home", str(home))
-        assert_same_samples(got, sdk_system_rows(server.url, f"{E}/{P}/{run.run_id}"))
-    finally:
-        server.stop()
+    proc = marinctl_proc(["sync", f"{E}/{P}/{run.run_id}"], env=env_with(MARINCTL_HOME=str(home)),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    pid.append(proc.pid)
+    _, err = proc.communicate(timeout=120)
+    assert fired.is_set() and proc.returncode == -signal.SIGKILL, err.decode()[-2000:]
+    run_cli(cli, "--home", str(home), "sync", f"{E}/{P}/{run.run_id}")
+    got = stored_samples(cli, run.run_id, "--home", str(home))
+    assert_same_samples(got, sdk_system_rows(server.url, f"{E}/{P}/{run.run_id}"))
 
 
 def test_a_gpu_node_s_environment_reads_one_row_per_gpu_field_with_sizes_in_binary_units():
