@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from repro.wandb_log import teardown as teardown_wandb  # wandb.teardown() that cannot wait for ever
-from tests.blackbox import env_with, marinctl_proc, run_cli, sdk_env, sdk_write, wandb_files
+from tests.blackbox import env_with, marinctl_proc, marinctl_run, run_cli, sdk_env, sdk_write, wandb_files
 from tests.watch_pilot import open_watch, run_test, wait_for_text
 
 E, P = "synthetic-lab", "system-synthetic"
@@ -63,6 +63,15 @@ def stats_run(tmp_path_factory) -> tuple[str, Path]:
     files = wandb_files(out)[logged["run_id"]]
     assert len(files) == 1
     return logged["run_id"], files[0]
+
+
+@pytest.fixture(scope="module")
+def stats_home(stats_run, tmp_path_factory) -> Path:
+    """A data home `marinctl sync` filled with the stats run once, for the tests that only read it."""
+    home = tmp_path_factory.mktemp("stats-home")
+    done = marinctl_run(["sync", str(stats_run[1])], env={**sdk_env(), "MARINCTL_HOME": str(home)})
+    assert done.returncode == 0, done.stderr
+    return home
 
 
 def _epoch(text: str) -> float:
@@ -106,15 +115,14 @@ def assert_same_samples(got, want) -> None:
 # --- local .wandb files -------------------------------------------------------------------------------
 
 
-def test_local_stats_records_are_stored_as_wandb_reads_them(stats_run, cli):
+def test_local_stats_records_are_stored_as_wandb_reads_them(stats_run, stats_home, cli):
     run_id, path = stats_run
     want = wandb_read_stats(path)
     keys = {k for k, _, _ in want}
     assert {"system.cpu", "system.memory_percent"} <= keys and len({t for _, t, _ in want}) >= 5, keys
-    run_cli(cli, "sync", str(path))
-    assert_same_samples(stored_samples(cli, run_id), want)
+    assert_same_samples(stored_samples(cli, run_id, "--home", str(stats_home)), want)
     # history stays what was logged: the samples are not history keys
-    code, out, err = cli("sql", "SELECT key FROM metric_keys ORDER BY 1", "--json")
+    code, out, err = cli("--home", str(stats_home), "sql", "SELECT key FROM metric_keys ORDER BY 1", "--json")
     assert code == 0 and not [r["key"] for r in json.loads(out) if r["key"].startswith("system")], out
 
 
@@ -167,15 +175,15 @@ def wandb_read_environment(path: Path) -> dict:
     return {k: v for k, v in env.items() if k not in ("writer_id", "email")}
 
 
-def test_local_environment_records_are_stored_as_wandb_reads_them(stats_run, cli):
+def test_local_environment_records_are_stored_as_wandb_reads_them(stats_run, stats_home, cli):
     """LEET's environment sidebar, kept: os, python, host, program, CPU, memory, disk … as W&B reads them."""
     run_id, path = stats_run
     want = wandb_read_environment(path)
     assert {"os", "python", "host", "cpu_count", "memory", "git"} <= set(want), want
     # the SDK writes the git remote without the token it was cloned with; nothing of it is stored
     assert want["git"]["remote_url"] == "https://example.invalid/lab/synthetic.git", want["git"]
-    run_cli(cli, "sync", str(path))
-    code, out, err = cli("sql", f"SELECT environment FROM runs WHERE run_id = '{run_id}'", "--json")
+    code, out, err = cli("--home", str(stats_home), "sql", f"SELECT environment FROM runs WHERE run_id = '{run_id}'",
+                         "--json")
     assert code == 0, err
     assert json.loads(json.loads(out)[0]["environment"]) == want
     assert TOKEN not in out
