@@ -4,7 +4,7 @@ Only the CLI prints. Every human-facing string that came from outside passes thr
 `marinctl.text.inert` here, so commands cannot forget it; numbers in table cells read
 as `marinctl.numbers.cell` writes them. JSON and CSV keep raw numbers; a non-finite value
 is spelled as W&B's own JSON exports spell it ("NaN", "Infinity", "-Infinity"), so that
-`null` / an empty CSV field keeps meaning "no value" (cli-contract.md, Values and keys).
+`null` / an empty CSV field keeps meaning "no value" (README, "Values and keys").
 """
 
 from __future__ import annotations
