@@ -163,7 +163,7 @@ def bench(layout: str, cache: Path, repeat: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layout", choices=["synced", "long", "both"], default="both")
     ap.add_argument("--cache", default="/tmp/marinctl-bench")
     ap.add_argument("--repeat", type=int, default=7)

@@ -2,7 +2,7 @@
 
 Store: one SYNTHETIC Marin-shaped run (tests/fakes/synth.py), 400,000 steps, ~150 scalar keys
 per step and ~600 norm keys every 10 steps (~85M values), with a QB router-bias jump at step
-500 and a loss spike at step 250,000. Built once and cached (default /tmp/marinctl-bench/).
+500 and a loss spike at step 250,000 (5/8 of the run at any --steps). Built once and cached (default /tmp/marinctl-bench/).
 
 Targets (issue 6): explain ≤ 1 s wall; full detection ≤ 30 s; incremental detection per
 1,000 new steps ≤ 0.5 s. Issue 18: `marinctl explain step N --json` as a new process ≤ 0.5 s,
@@ -35,6 +35,11 @@ import numpy as np  # noqa: E402
 RUN_ID = "hero-bench-synthetic"
 
 
+def spike_step(steps: int) -> int:
+    """Where the SYNTHETIC loss spike goes: step 250,000 of the default 400,000."""
+    return steps * 5 // 8
+
+
 def build(path: Path, steps: int) -> None:
     from tests.fakes import synth
     from tests.fakes.load import load_into_store
@@ -52,7 +57,8 @@ def build(path: Path, steps: int) -> None:
     s = run.series[leaves[0]][0]
     run.set_values("params/norm/total", s, np.sqrt(sum(run.series[k][1] ** 2 for k in leaves)))
     sl, vl = run.series["train/loss"]
-    run.set_values("train/loss", [250_000], [vl[250_000] * 1.8])
+    spike = spike_step(steps)
+    run.set_values("train/loss", [spike], [vl[spike] * 1.8])
     dense = sum(1 for k, (st, _) in run.series.items() if len(st) == steps)
     print(f"generated SYNTHETIC run: {len(run.series)} keys ({dense} per step) in {time.perf_counter() - t:.1f} s")
     tmp = path.with_suffix(".building")
@@ -64,7 +70,7 @@ def build(path: Path, steps: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=400_000)
     ap.add_argument("--cache", default="/tmp/marinctl-bench")
     ap.add_argument("--rebuild", action="store_true")
@@ -99,7 +105,7 @@ def main() -> None:
     with store.transaction() as con:
         n_full = detect(con, pk, full=True)
     t_full = time.perf_counter() - t
-    figures.append(("full detection (399k steps)", t_full, 30.0, f"{n_full} anomalies"))
+    figures.append((f"full detection ({cut:,} steps)", t_full, 30.0, f"{n_full} anomalies"))
     with store.transaction() as con:
         con.execute("INSERT INTO metrics SELECT * FROM _held ORDER BY key_id, step")
         con.execute("DROP TABLE _held")
@@ -109,7 +115,7 @@ def main() -> None:
     t_inc = time.perf_counter() - t
     figures.append(("incremental detection, 1,000 new steps", t_inc, 0.5, f"{n_inc} new"))
 
-    for step in (500, 250_000, 390_000):
+    for step in sorted({min(500, last), spike_step(args.steps), max(last - 10_000, 0)}):
         t = time.perf_counter()
         with store.connect() as con:
             doc = explain(con, resolve_target(con, None), step)

@@ -140,7 +140,7 @@ def hf_step(cfg, dtype: torch.dtype, implementation: str):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rung", default="rung1")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--batch", type=int, default=recipe.PROXY_BATCH)

@@ -5,7 +5,8 @@ cached: 20k steps x 32 keys per step (30 scalar keys every step, 2 norm keys eve
 steps, Marin-shaped names, SYNTHETIC values) — ~42 MB, ~60k records, two thirds of them
 summaries. Prints, side by side, history rows/s (rows = steps) for:
 
-- naive: the reader measured in research/stack.md §2 — frame every record, protobuf-parse
+- naive: the obvious reader (what W&B's own `wandb/sdk/internal/datastore.py` did, gone in
+  0.31) — frame every record, protobuf-parse
   every one with `wandb_internal_pb2.Record`, json.loads every value (the baseline);
 - marinctl: `wandb_file.scan` (peeks record types, skips summaries) + `decode_history`
   (bulk column decode into long arrays);
@@ -63,7 +64,7 @@ def cached_file(cache: Path, steps: int, keys: int) -> Path:
 
 
 def naive_rows(path: Path) -> int:
-    """research/stack.md §2's reader: full Record parse of every record, json per value."""
+    """The naive reader: full Record parse of every record, json per value."""
     from wandb.proto import wandb_internal_pb2 as pb
 
     header, rec, block = struct.Struct("<4sHB"), struct.Struct("<IHB"), 32768

@@ -240,7 +240,7 @@ async def capture(store: Store, path: Path, size: tuple[int, int]) -> None:
 
 def main() -> None:
     t_process = _T0
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=389_000,
                     help="history length (default: a hero near its end)")
     ap.add_argument("--db", type=Path, default=Path(f"/tmp/bench_watch_{Path(__file__).resolve().parent.parent.name}.duckdb"),

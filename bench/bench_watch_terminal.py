@@ -139,7 +139,7 @@ class Screens:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--keys", type=int, nargs="+", default=[19, 649])
     ap.add_argument("--base", default="auto", help="git revision of the previous release (default: merge base with main)")

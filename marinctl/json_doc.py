@@ -1,7 +1,7 @@
 """The contract's JSON, one encoder for the CLI's `--json` and the Python API's documents.
 
 JSON has no NaN or Inf: a non-finite value is spelled as W&B's own JSON exports spell it
-("NaN", "Infinity", "-Infinity"), so that `null` keeps meaning "no value" (cli-contract.md,
+("NaN", "Infinity", "-Infinity"), so that `null` keeps meaning "no value" (README,
 Values and keys). Times are ISO text, numpy values plain numbers, and what the encoder leaves
 raw that a terminal would obey is escaped (`text.json_safe`). `plain` is the same document
 as Python objects: exactly what `json.loads` gives a script that read the `--json` output.

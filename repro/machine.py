@@ -2,9 +2,8 @@
 
 Compute dtype: Marin computes in bf16 with fp32 weights. On CUDA, and on CPUs with native bf16
 matmuls (AVX512-BF16 or AMX), repro does the same through autocast. On a CPU without them, bf16
-matmuls are emulated and 5–50× slower than fp32 (measured on this project's AVX2 machine: ~1–5
-GFLOP/s bf16 against ~25–60 fp32), so `auto` computes in fp32 there and says so in the run config
-(`trainer.mp`).
+matmuls are emulated and many times slower than fp32 (bench/NOTES.md, "repro"), so `auto`
+computes in fp32 there and says so in the run config (`trainer.mp`).
 
 Peak: MFU is analytic FLOPs over the peak of the dtype the run computes in (so it can never exceed
 100% because of a dtype mismatch). The peak is the best of several timed square matmuls at two
@@ -82,7 +81,7 @@ def kept_peak(cache: Path, dtype_name: str, device: str = "cpu") -> float:
     except (OSError, ValueError):
         known = {}
     kept = float(known.get(key, 0.0))
-    # the first time, the full measurement (~2 s); then a short one that can only raise the kept best
+    # the first time, the full measurement (seconds); then a short one that can only raise the kept best
     now = measure_matmul_peak(dtype_name, device, sizes=(1024,), repeats=3, seconds=0.1) if kept else \
         measure_matmul_peak(dtype_name, device)
     peak = max(kept, now)
@@ -111,8 +110,8 @@ def peak_key(device: str, dtype_name: str) -> str:
 
 def threads_for_load() -> int:
     """CPU threads to use: the cores not already busy (at least 1). On a shared 2-core machine two OpenMP
-    threads that keep losing their core to other processes run 2–10× slower than one (their barriers
-    spin); on a free machine every core is used."""
+    threads that keep losing their core to other processes run slower than one (their barriers spin:
+    bench/NOTES.md, "repro"); on a free machine every core is used."""
     cores = os.cpu_count() or 1
     try:
         busy = os.getloadavg()[0]
@@ -138,7 +137,7 @@ def host_memory_bytes() -> int | None:
 def keep_freed_memory() -> bool:
     """Ask glibc to serve large tensors from its heap and keep freed blocks, instead of mmap/munmap per
     tensor: every fresh >32 MB activation or Newton–Schulz buffer otherwise costs page faults on first
-    touch (measured: one Newton–Schulz over the rung1 proxy's 1,152 expert matrices, 1.19 s → 0.64 s).
+    touch, about as long as the Newton–Schulz arithmetic itself (bench/NOTES.md, "repro").
     Linux/glibc only; elsewhere a no-op. Returns whether it applied."""
     import ctypes
     import ctypes.util

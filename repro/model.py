@@ -1,4 +1,4 @@
-"""Marin's hero MoE decoder (levanter `hero_model.py`, grug `moe_hero_ep`) in PyTorch, one rung at any width.
+"""Marin's hero MoE decoder (`lib/levanter/src/levanter/models/hero.py`, grug `moe_hero_ep`) in PyTorch, one rung at any width.
 
 Read it top to bottom: config → norms (RMSNorm, GatedNorm) → short convolution → half-RoPE →
 attention → SwiGLU (dense and shared experts) → block → decoder and loss. The routed MoE (router,
@@ -114,8 +114,8 @@ class ModelConfig:
 class RMSNormFunction(torch.autograd.Function):
     """x / rms(x) (· gain), statistics in fp32 (or the input's float64), with its backward written out:
     gx = r·(g·w − x̂·mean(g·w·x̂)), gw = Σ g·x̂. (torch has no CPU kernel for the fused RMSNorm backward, so
-    autograd runs the decomposed formula: ~15 passes over the activation; this is ~6. At the proxy's
-    (32, 256, 192), 1 thread: 9.3 → 5.5 ms forward+backward with a gain, 7.4 → 3.8 ms without.)"""
+    autograd runs the decomposed formula: ~15 passes over the activation; this is ~6: bench/NOTES.md,
+    "repro".)"""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
@@ -181,7 +181,7 @@ def gated_norm(cfg: ModelConfig) -> nn.Module:
 class CausalDepthwiseConv(torch.autograd.Function):
     """out[t] = Σ_lag w[lag]·x[t−lag], written tap by tap into one output with in-place multiply-adds on
     shifted slices, backward likewise (autograd's pad-mul-add chain makes a padded copy, a product and a
-    sum per tap each way: measured 3.5× slower at the proxy's (32, 256, 192))."""
+    sum per tap each way, several times slower at the proxy's size: bench/NOTES.md, "repro")."""
 
     @staticmethod
     def forward(ctx, x_BSC: torch.Tensor, w_KC: torch.Tensor) -> torch.Tensor:

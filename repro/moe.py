@@ -6,7 +6,8 @@ next step's β → project to the latent → dispatch under capacity → experts
 Routing (levanter `HeroMoEMLP`): router logits s = x·W_router in fp32 from the full-width token;
 top-(K+1) of s + router_bias picks K experts and the (K+1)-th value α_t is the token's threshold;
 combine weights are σ(s) of the *unbiased* logits of the chosen experts, renormalised to sum 2.5.
-QB ("quantile balancing", marin.md §1.3): β_e is the (1 − K/E) quantile over tokens of the margin
+QB ("quantile balancing", Marin's `experiments/grug/moe/model.py` and `train.py`, `_next_qb_betas`;
+marin#3406): β_e is the (1 − K/E) quantile over tokens of the margin
 s_te − α_t, so that with bias −β expert e would win exactly T·K/E tokens of this batch. β is solved
 here, applied at the start of the next step (router_bias ← −β, mean-centred: a replacement, not an
 increment), and the bias is a buffer no optimizer or gradient ever touches.
@@ -79,7 +80,7 @@ def qb_beta_topk(margins_TE: torch.Tensor, top_k: int) -> torch.Tensor:
 @torch.no_grad()
 def top_k_rows(x_TE: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(values, ids) of each row's k largest, largest first. For the few a route picks (K+1 ≤ 4), k passes
-    of max cost a quarter of `topk` on a CPU (8,192 × 96, k = 3: 15.6 → 3.9 ms); above that, `topk`."""
+    of max cost a fraction of `topk` on a CPU (bench/NOTES.md, "repro"); above that, `topk`."""
     if k > 4:
         return x_TE.topk(k, dim=-1)
     rest = x_TE.clone()

@@ -1,4 +1,4 @@
-"""The hero's optimizer groups (marin.md §1.4): MuonH, AdamH and Adam; Levanter's schedule; the LR heuristic.
+"""The hero's optimizer groups (marin#8435): MuonH, AdamH and Adam; Levanter's schedule; the LR heuristic.
 
 MuonH = Muon's direction (Nesterov momentum 0.95, then a 5-step quintic Newton–Schulz orthogonalisation)
 followed by a *hyperball* step: each matrix W of radius R = ‖W₀‖_F moves to
@@ -251,7 +251,8 @@ def lr_multiplier(step: int, total_steps: int, warmup: float = 0.01, min_lr_rati
 
 
 def heuristic(tokens: float, hidden: int, tokens_per_batch: float) -> dict[str, float]:
-    """Marin's Aug MoeHeuristic (marin.md §1.4): Adam LR, MuonH = 13/3·Adam (both ≤ 0.05), eps, beta2."""
+    """Marin's Aug MoeHeuristic (`experiments/grug/moe_hero_ep/heuristic.py`; marin#7856, #8003):
+    Adam LR, MuonH = 13/3·Adam (both ≤ 0.05), eps, beta2."""
     adam = 0.087571 * tokens**-0.3461 * hidden**-0.3448 * math.sqrt(tokens_per_batch)
     return {
         "adam_lr": min(adam, 0.05),

@@ -1,6 +1,7 @@
 """What a run trains: the model, the schedule and the optimizer — for a true rung, its CPU proxy, or a logged run.
 
-`true_config(rung)` is the rung as Marin trains it (marin.md §2.1, `rungs.json`). `cpu_proxy(cfg)`
+`true_config(rung)` is the rung as Marin trains it (`rungs.json`, from Marin's
+`experiments/grug/moe_hero_ep/launch_scaling_ladder.py` and marin#8435 §5). `cpu_proxy(cfg)`
 shrinks any config by one documented rule so it trains in minutes on 2 CPU cores. No dimension ever
 grows: a logged run already smaller than the proxy somewhere keeps its own size there.
 

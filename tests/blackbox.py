@@ -176,6 +176,16 @@ def start_wandb(runs, **kw):
     return WandbServer(runs, **kw).start()
 
 
+def sync_served(runs, *args: str, env: dict[str, str], timeout: float = 300, **server_kw) -> subprocess.CompletedProcess:
+    """`marinctl sync ARGS`, a real process, against a loopback W&B fake serving `runs` that is started
+    for it and stopped after it however it ends: how a module's world is filled once (the per-test
+    servers are conftest's `wandb_server`)."""
+    from tests.fakes.wandb_server import WandbServer
+
+    with WandbServer(runs, **{"verbose": False, **server_kw}) as server:
+        return marinctl_run(["sync", *args], env={**env, "WANDB_BASE_URL": server.url}, timeout=timeout)
+
+
 def ops(server, since: int = 0) -> list[str]:
     """GraphQL operation names the server answered, in order, from request `since` on."""
     return [op for op, _ in server.requests[since:]]

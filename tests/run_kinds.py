@@ -23,7 +23,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tests.blackbox import marinctl_run, sdk_env, sdk_write, start_wandb
+from tests.blackbox import marinctl_run, sdk_env, sdk_write, sync_served
 
 REPRO_ID = "repro-rung1-d768-cpu-20260901-080000-s0"
 LOCAL_ID = "local-synthetic"
@@ -106,12 +106,8 @@ def kinds_home(tmp_path_factory) -> Path:
     sdk_write(base / "local", WRITER)
     home = base / "home"
     env = {**sdk_env(), "MARINCTL_HOME": str(home)}
-    server = start_wandb(ladder_runs(200, layers=1, experts=2, norm_every=50))
-    try:
-        done = marinctl_run(["sync", "marin-community/marin_moe"], env={**env, "WANDB_BASE_URL": server.url})
-        assert done.returncode == 0, done.stderr
-    finally:
-        server.stop()
+    done = sync_served(ladder_runs(200, layers=1, experts=2, norm_every=50), "marin-community/marin_moe", env=env)
+    assert done.returncode == 0, done.stderr
     done = marinctl_run(["sync", str(base / "local" / "wandb")], env=env)
     assert done.returncode == 0, done.stderr
     _BUILT["home"] = home

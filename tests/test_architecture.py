@@ -266,3 +266,128 @@ def test_every_package_has_its_section():
 def test_layer_lookup(probe):
     """The table resolves nested folders and single files (a guard on the parser itself)."""
     assert layer_of(probe) is not None
+
+
+# --- documents that stay true ---------------------------------------------------------------
+# Comments, docstrings and the repository's documents name files; a file that moved or went leaves
+# a reference nobody checks. The research notes the team wrote live outside the repository, so a
+# reader of the code cannot follow them: code cites the upstream source the note itself gives (a
+# Marin file, an issue such as marin#8435, a paper), never the note.
+
+NOTES = ("marin", "wandb", "peers", "stack", "aesthetics")   # <name>.md, outside this repository
+NOTE_CITATION = re.compile(r"\b(?:" + "|".join(NOTES) + r")\.md\b|\bshared/" + "research\\b|(?<![\\w-])research" + "/")
+TEXT_SUFFIXES = {".py", ".md", ".txt", ".json", ".csv", ".toml", ".sql", ".tcss", ".cfg", ".yml", ".yaml"}
+NOT_OURS = {".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", "build", "dist", "node_modules"}
+REFERENCE = re.compile(r"(?<![\w/.~:-])((?:[\w.-]+/)*[\w-][\w.-]*\.(?:py|md|sql|json|tcss))(?![\w(/-])")
+CODE_DIRS = ("marinctl", "repro", "tests", "bench")
+
+
+def text_files() -> list[Path]:
+    """Every text file of the repository (what `.gitignore` leaves: not the venv, caches, builds)."""
+    out = []
+    for path in ROOT.rglob("*"):
+        parts = path.relative_to(ROOT).parts
+        if (path.is_file() and path.suffix in TEXT_SUFFIXES and not NOT_OURS & set(parts)
+                and not any(p.endswith(".egg-info") for p in parts) and parts[0] not in ("cache", "wandb")):
+            out.append(path)
+    return sorted(out)
+
+
+def prose(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of what a person reads as words: a .py file's comments and docstrings; any
+    other text file whole."""
+    import io
+    import tokenize
+
+    text = path.read_text()
+    if path.suffix != ".py":
+        return list(enumerate(text.splitlines(), 1))
+    out = [(t.start[0], t.string) for t in tokenize.generate_tokens(io.StringIO(text).readline)
+           if t.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc is not None:
+                out += [(node.body[0].lineno + i, line) for i, line in enumerate(doc.splitlines())]
+    return out
+
+
+@lru_cache(maxsize=1)
+def our_dirs() -> frozenset[str]:
+    """Names of the folders of this repository's code: a reference starting with one is ours."""
+    names = set(CODE_DIRS)
+    for top in CODE_DIRS:
+        names |= {p.name for p in (ROOT / top).rglob("*") if p.is_dir() and not NOT_OURS & set(p.parts)}
+    return frozenset(names)
+
+
+@lru_cache(maxsize=1)
+def our_file_names() -> frozenset[str]:
+    return frozenset(p.name for p in text_files())
+
+
+def dangling(path: Path, ref: str) -> bool:
+    """A reference to a file of this repository that does not exist.
+
+    `a/b.py` is ours when `a` is one of our code folders, and it must then resolve from the
+    repository root, from a folder the citing file sits in, or from `marinctl/` (`store/parts.py`).
+    Any other folder is someone else's (Marin's `experiments/…`, W&B's `core/…`): not checked. A
+    bare file name ending .py, .md, .sql or .tcss must be some file of ours; a bare .json name is
+    often a file a program writes (`run.json`, W&B's `wandb-metadata.json`) and is not checked."""
+    parts = ref.split("/")
+    if len(parts) == 1:
+        return not ref.endswith(".json") and ref not in our_file_names()
+    if parts[0] not in our_dirs():
+        return False
+    bases = [ROOT, ROOT / "marinctl", *[p for p in path.parents if ROOT in p.parents or p == ROOT]]
+    return not any((base / ref).exists() for base in bases)
+
+
+def test_no_file_cites_the_research_notes():
+    offenders = [f"{rel(path)}:{n}: {line.strip()[:100]}"
+                 for path in text_files() for n, line in enumerate(path.read_text().splitlines(), 1)
+                 if NOTE_CITATION.search(line)]
+    assert offenders == [], "cite the upstream source the note gives, not the note:\n" + "\n".join(offenders)
+
+
+def test_references_to_files_name_files_that_exist():
+    offenders, checked = [], 0
+    for path in text_files():
+        for n, line in prose(path):
+            for ref in REFERENCE.findall(line):
+                checked += 1
+                if dangling(path, ref):
+                    offenders.append(f"{rel(path)}:{n}: {ref}")
+    assert offenders == [], "references to files that are not in this repository:\n" + "\n".join(offenders)
+    assert checked > 100   # the reader found the references (a guard on the reader itself)
+
+
+@pytest.mark.parametrize("text, refs", [
+    ("the windowed statistics run in DuckDB (store/rolling.py); see `tests/fakes/synth.py`", ["store/rolling.py", "tests/fakes/synth.py"]),
+    ("Marin's `experiments/grug/moe/README.md` and allenai/OLMo-core:src/olmo_core/x.py", ["experiments/grug/moe/README.md"]),
+    ("con.sql(query) and https://github.com/wandb/wandb/blob/main/core/x.md", []),
+])
+def test_reference_reader(text, refs):
+    """What counts as a reference (a guard on the reader): paths, not a method call, a URL or an
+    `owner/repo:path` citation."""
+    assert REFERENCE.findall(text) == refs
+
+
+@pytest.mark.parametrize("ref, gone", [
+    ("store/rolling.py", False), ("analysis/detect/detectors.py", False), ("tests/fakes/synth.py", False),
+    ("analysis/detectors.py", True), ("bench/proto_parts.py", True), ("proto_parts.py", True),
+    ("experiments/grug/moe/README.md", False), ("run.json", False), ("STORE_DESIGN.md", True),
+])
+def test_dangling_reference_rule(ref, gone):
+    """The rule itself, from a file in marinctl/analysis/explain/: a moved module is caught, an
+    upstream path is not checked (a guard on the rule)."""
+    assert dangling(ROOT / "marinctl" / "analysis" / "explain" / "explain.py", ref) is gone
+
+
+def test_note_citation_pattern():
+    """A guard on the pattern: each note's name is caught, a word that merely contains one is not."""
+    research = "research" + "/"   # spelled apart, so this file does not cite a note itself
+    for cited in (f"({NOTES[0]}.md §1.4)", f"{NOTES[2]}.md §B", f"{research}{NOTES[1]}.md §7.2", f"shared/{research}"):
+        assert NOTE_CITATION.search(cited), cited
+    for fine in ("facebookresearch/metaseq", "a wandb.mdx file", "README.md", "marin#8435"):
+        assert not NOTE_CITATION.search(fine), fine

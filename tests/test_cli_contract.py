@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from tests.blackbox import cli_json, env_with, marinctl_proc, marinctl_run, run_cli, sdk_env, sdk_write, start_wandb, stderr_lines
+from tests.blackbox import cli_json, env_with, marinctl_proc, marinctl_run, run_cli, sdk_env, sdk_write, stderr_lines, sync_served
 
 # The contract's minimum fields (shared/cli-contract.md, "Commands" and "explain step N --json").
 SYNC = {"runs", "events_added"}
@@ -56,16 +56,12 @@ def world(tmp_path_factory):
     home = tmp_path_factory.mktemp("contract-home")
     runs = hero_lineage(150, layers=1, experts=2, norm_every=50) + ladder_runs(200, layers=1, experts=2)
     runs[0].set_values("train/loss", [250], [40.0])        # one spike, so anomalies and findings are not empty
-    server = start_wandb(runs)
     with FakeGitHub() as gh:
         gh.add_issue(REPO, 1, "Hero status (synthetic)", "tracking", created_at="2026-08-30T00:00:00Z")
         gh.add_comment(REPO, 1, "loss spike at step 250 (synthetic)", created_at="2026-09-02T00:00:00Z")
-        env = {**sdk_env(), "MARINCTL_HOME": str(home), "WANDB_BASE_URL": server.url, "GITHUB_API_URL": gh.url}
-        try:
-            wandb_sync = marinctl_run(["sync", "marin-community/marin_moe", "--json"], env=env, timeout=300)
-            github_sync = marinctl_run(["sync", f"github:{REPO}#1", "--json"], env=env)
-        finally:
-            server.stop()
+        env = {**sdk_env(), "MARINCTL_HOME": str(home), "GITHUB_API_URL": gh.url}
+        wandb_sync = sync_served(runs, "marin-community/marin_moe", "--json", env=env)
+        github_sync = marinctl_run(["sync", f"github:{REPO}#1", "--json"], env=env)
     assert wandb_sync.returncode == 0, wandb_sync.stderr
     assert github_sync.returncode == 0, github_sync.stderr
     return {"home": home, "sync": json.loads(wandb_sync.stdout), "github_sync": json.loads(github_sync.stdout),
@@ -78,6 +74,7 @@ def mc(cli, world):
 
 
 def test_sync_json(world):
+    assert {r["run"] for r in world["sync"]["runs"]} == {r.run_id for r in world["runs"]}
     for doc in (world["sync"], world["github_sync"]):
         has(doc, SYNC, "sync --json")
         for r in doc["runs"]:
@@ -112,6 +109,7 @@ def test_events_json(mc):
 def test_mix_json(mc):
     doc = cli_json(mc, "mix", "--json")
     has(doc, MIX, "mix --json")
+    assert len(doc["phases"]) == 3, doc["phases"]     # the hero's three data phases
     for phase in doc["phases"]:
         has(phase, PHASE, "mix --json phases[]")
 
@@ -140,6 +138,7 @@ def test_ladder_json(mc):
     doc = cli_json(mc, "ladder", "--json")
     has(doc, LADDER, "ladder --json")
     has(doc["fit"], FIT, "ladder --json fit")
+    assert doc["predictions"], "no prediction for the hero"
     for p in doc["predictions"]:
         has(p, PREDICTION, "ladder --json predictions[]")
 
@@ -161,7 +160,7 @@ def test_run_ids_from_json_are_accepted_by_other_commands(mc):
 def test_repro_dry_run_json(mc):
     doc = cli_json(mc, "repro", "rung1", "--dry-run", "--json")
     has(doc, REPRO - {"run", "run_dir"}, "repro --dry-run --json")
-    assert doc["run"] is None or isinstance(doc["run"], str)
+    assert doc["run"] is None and doc["run_dir"] is None, doc   # a dry run trains nothing, so names no run
 
 
 @pytest.mark.slow
@@ -206,16 +205,13 @@ run.finish()
     assert "follow-synthetic" in err and re.search(r"\b\d+ rows?\b|\+\d+", err), err
 
 
-def test_sync_follow_of_a_wandb_run_says_on_stderr_what_it_wrote(tmp_path):
+def test_sync_follow_of_a_wandb_run_says_on_stderr_what_it_wrote(tmp_path, wandb_server):
     from tests.fakes.synth import marin_run
 
     run = marin_run("follow-remote-synthetic", steps=60, layers=1, experts=2, norm_every=100, eval_every=100)
-    server = start_wandb([run])
-    try:
-        err = _follow(["sync", f"{run.entity}/{run.project}/{run.run_id}", "--follow", "--interval", "1"],
-                      env_with(MARINCTL_HOME=str(tmp_path / "h"), WANDB_BASE_URL=server.url), run.run_id)
-    finally:
-        server.stop()
+    server = wandb_server([run])
+    err = _follow(["sync", f"{run.entity}/{run.project}/{run.run_id}", "--follow", "--interval", "1"],
+                  env_with(MARINCTL_HOME=str(tmp_path / "h"), WANDB_BASE_URL=server.url), run.run_id)
     assert re.search(rf"{re.escape(run.run_id)}: \+[\d,]+ rows", err), err
 
 
@@ -252,25 +248,21 @@ def _follow(args, env, needle, timeout=60.0) -> str:
 # --- the mixture file (issue 14 #12: PR #9162's mixture) ----------------------------------------------------
 
 
-def test_mix_reads_the_synced_mixture_file_or_says_it_fell_back(cli, monkeypatch):
-    from tests.fakes.github_server import FakeGitHub
-
+def test_mix_reads_the_synced_mixture_file(cli, github_server):
+    """The file in one of the shapes mix reads (stages with their start steps) is what mix shows; a
+    file it cannot read falls back and says so (tests/test_mix.py)."""
     path = "experiments/grug/moe_hero_ep/harrier_mix_2026_08_18.json"
     doc = {"name": "harrier (synthetic stand-in)", "stages": [          # stages with their start steps
         {"start_step": 0, "weights": {"web": 0.6, "code": 0.4}},
         {"start_step": 108000, "weights": {"web": 0.5, "code": 0.5}},
         {"start_step": 312192, "weights": {"web": 0.3, "code": 0.7}}]}
-    with FakeGitHub() as gh:
-        gh.set_file("marin-community/marin", path, json.dumps(doc))
-        gh.add_commit("marin-community/marin", "b" * 40, "mix (synthetic)", paths=(path,), date="2026-09-01T00:00:00Z")
-        monkeypatch.setenv("GITHUB_API_URL", gh.url)
-        run_cli(cli, "sync", f"github:marin-community/marin/{path}")
+    gh = github_server()
+    gh.set_file("marin-community/marin", path, json.dumps(doc))
+    gh.add_commit("marin-community/marin", "b" * 40, "mix (synthetic)", paths=(path,), date="2026-09-01T00:00:00Z")
+    run_cli(cli, "sync", f"github:marin-community/marin/{path}")
     code, out, err = cli("mix", "--json")
     assert code == 0, err
     mix = json.loads(out)
-    if mix.get("source") == "file":
-        assert [p["start_step"] for p in mix["phases"]] == [0, 108000, 312192]
-        assert mix["phases"][2]["weights"] == pytest.approx({"web": 0.3, "code": 0.7})
-    else:
-        said = " ".join(mix.get("notes") or []) + err
-        assert "harrier_mix" in said and re.search(r"(?i)fell back|falls back|could not|not parse|unknown", said), said
+    assert mix["source"] == "file", mix
+    assert [p["start_step"] for p in mix["phases"]] == [0, 108000, 312192]
+    assert mix["phases"][2]["weights"] == pytest.approx({"web": 0.3, "code": 0.7})

@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from tests.blackbox import marinctl_run, sdk_env, start_wandb, stderr_lines
+from tests.blackbox import marinctl_run, sdk_env, stderr_lines, sync_served
 
 RUN = "errors-synthetic"
 
@@ -112,12 +112,7 @@ def world(tmp_path_factory):
     base = tmp_path_factory.mktemp("errors")
     home = base / "home"
     run = marin_run(RUN, steps=60, layers=1, experts=2, norm_every=100, eval_every=100)
-    server = start_wandb([run])
-    try:
-        done = marinctl_run(["sync", f"{run.entity}/{run.project}/{RUN}"],
-                            env={**sdk_env(), "MARINCTL_HOME": str(home), "WANDB_BASE_URL": server.url})
-    finally:
-        server.stop()
+    done = sync_served([run], f"{run.entity}/{run.project}/{RUN}", env={**sdk_env(), "MARINCTL_HOME": str(home)})
     assert done.returncode == 0, done.stderr
     files = {
         "bad_numbers": ("compute,loss\n1e20,2.9\nlots,2.5\n3e21,2.4\n"),

@@ -359,7 +359,8 @@ def test_classic_router_bias_jump_is_expected_balancing(cli, world):
     assert sum(r["share"] for r in top["evidence"]["by_module"] if r["module"] == "router_bias") >= 0.9
     # exact: the leaves' Δ‖θᵢ‖² sum to the logged total's Δ‖θ‖²
     assert top["evidence"]["delta_sq"] == pytest.approx(top["evidence"]["logged_delta_sq"], rel=1e-6)
-    assert all("router_bias" in a["name"] for a in top["attribution"][:4]) and top["confidence"] >= 0.9
+    assert top["attribution"] and all("router_bias" in a["name"] for a in top["attribution"][:4])
+    assert top["confidence"] >= 0.9
     assert not [f for f in doc["findings"] if f["metric"] == "train/loss"]
 
 

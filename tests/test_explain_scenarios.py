@@ -69,7 +69,7 @@ def test_qb_router_bias_jump_is_expected_balancing(store):
     assert bias_share >= 0.9
     # exact: the leaves' Δ‖θᵢ‖² sum to the logged total's Δ‖θ‖²
     assert top["evidence"]["delta_sq"] == pytest.approx(top["evidence"]["logged_delta_sq"], rel=1e-9)
-    assert all("router_bias" in a["name"] for a in top["attribution"][:4])
+    assert top["attribution"] and all("router_bias" in a["name"] for a in top["attribution"][:4])
     assert top["confidence"] >= 0.9
     assert not [f for f in doc["findings"] if f["metric"] == "train/loss"]
 

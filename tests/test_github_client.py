@@ -8,23 +8,22 @@ import pytest
 
 from marinctl.errors import RuntimeFailure, UserError
 from marinctl.sources.github import GitHubClient, RateLimitStop
-from tests.fakes.github_server import FakeGitHub
 
 REPO = "acme/widgets"
 
 
 @pytest.fixture
-def gh():
-    with FakeGitHub() as server:
-        server.add_issue(REPO, 7, "[Hero run] test issue (synthetic)", "body with `step-100`", labels=("hero-run",))
-        for i in range(230):
-            server.add_comment(REPO, 7, f"comment {i}", created_at=f"2026-08-20T{i // 60:02d}:{i % 60:02d}:00Z")
-        server.add_issue(REPO, 8, "unrelated", "x", labels=("bug",))
-        server.add_commit(REPO, "a" * 40, "mix: first\n\nbody", paths=("exp/mix.json",), date="2026-08-18T10:00:00Z")
-        server.add_commit(REPO, "b" * 40, "other file", paths=("exp/other.py",), date="2026-08-19T10:00:00Z")
-        server.add_commit(REPO, "c" * 40, "mix: second", paths=("exp/mix.json", "exp/other.py"), date="2026-08-20T10:00:00Z")
-        server.set_file(REPO, "exp/mix.json", '{"phase0_weights": {"a": 1.0}}\n')
-        yield server
+def gh(github_server):
+    server = github_server()
+    server.add_issue(REPO, 7, "[Hero run] test issue (synthetic)", "body with `step-100`", labels=("hero-run",))
+    for i in range(230):
+        server.add_comment(REPO, 7, f"comment {i}", created_at=f"2026-08-20T{i // 60:02d}:{i % 60:02d}:00Z")
+    server.add_issue(REPO, 8, "unrelated", "x", labels=("bug",))
+    server.add_commit(REPO, "a" * 40, "mix: first\n\nbody", paths=("exp/mix.json",), date="2026-08-18T10:00:00Z")
+    server.add_commit(REPO, "b" * 40, "other file", paths=("exp/other.py",), date="2026-08-19T10:00:00Z")
+    server.add_commit(REPO, "c" * 40, "mix: second", paths=("exp/mix.json", "exp/other.py"), date="2026-08-20T10:00:00Z")
+    server.set_file(REPO, "exp/mix.json", '{"phase0_weights": {"a": 1.0}}\n')
+    return server
 
 
 def test_issue_comments_labels_commits_contents(gh):

@@ -104,33 +104,26 @@ def test_text_naming_a_step_wins_over_the_time(events, text, named):
     assert event["step"] in named, f"{text!r} placed at step {event['step']} ({event.get('align')}), names {named}"
 
 
-def test_a_comment_naming_no_step_is_placed_by_its_time(cli, tmp_path, monkeypatch):
+def test_a_comment_naming_no_step_is_placed_by_its_time(cli, wandb_server, github_server):
     """The other side of the rule: no step in the text, so the time decides (and says so)."""
-    from tests.fakes.github_server import FakeGitHub
     from tests.fakes.synth import HERO_GROUP, marin_run
 
     run = marin_run(RUN, steps=400, entity=E, project=P, group=HERO_GROUP, layers=1, experts=2, norm_every=1000,
                     eval_every=1000)
     steps, stamps = run.series["_timestamp"]
-    server = start_wandb([run])
-    try:
-        with FakeGitHub() as gh:
-            gh.add_issue(REPO, 2, "t", "b", created_at=iso(float(stamps[0]) - 86400))
-            gh.add_comment(REPO, 2, "all quiet tonight", created_at=iso(float(stamps[300]) + 1))
-            monkeypatch.setenv("WANDB_BASE_URL", server.url)
-            monkeypatch.setenv("GITHUB_API_URL", gh.url)
-            run_cli(cli, "sync", f"{E}/{P}/{RUN}")
-            run_cli(cli, "sync", f"github:{REPO}#2")
-    finally:
-        server.stop()
+    wandb_server([run])
+    gh = github_server()
+    gh.add_issue(REPO, 2, "t", "b", created_at=iso(float(stamps[0]) - 86400))
+    gh.add_comment(REPO, 2, "all quiet tonight", created_at=iso(float(stamps[300]) + 1))
+    run_cli(cli, "sync", f"{E}/{P}/{RUN}")
+    run_cli(cli, "sync", f"github:{REPO}#2")
     event = next(e for e in cli_json(cli, "events", "--json") if e["kind"] == "comment")
     assert abs(event["step"] - 300) <= 1 and event.get("align") == "time"
 
 
-def test_without_a_lineage_the_time_picks_the_run_and_the_text_the_step(cli, monkeypatch):
+def test_without_a_lineage_the_time_picks_the_run_and_the_text_the_step(cli, wandb_server, github_server):
     """Two runs outside the hero group, one after the other: a comment naming step 150, posted
     while the second run was logging its step 300, lands on the second run at step 150."""
-    from tests.fakes.github_server import FakeGitHub
     from tests.fakes.synth import marin_run
 
     first = marin_run("first-synthetic", steps=400, entity=E, project=P, group="other-synthetic", layers=1,
@@ -141,35 +134,26 @@ def test_without_a_lineage_the_time_picks_the_run_and_the_text_the_step(cli, mon
     s2, t2 = second.series["_timestamp"]
     second.set_values("_timestamp", list(s2), list(t2 - t2[0] + t1[-1] + 3600.0))   # starts an hour after the first ends
     s2, t2 = second.series["_timestamp"]
-    server = start_wandb([first, second])
-    try:
-        with FakeGitHub() as gh:
-            gh.add_issue(REPO, 4, "t (synthetic)", "b", created_at=iso(float(t1[0]) - 86400))
-            gh.add_comment(REPO, 4, "Step 150 looked odd (synthetic)", created_at=iso(float(t2[300]) + 1))
-            monkeypatch.setenv("WANDB_BASE_URL", server.url)
-            monkeypatch.setenv("GITHUB_API_URL", gh.url)
-            run_cli(cli, "sync", f"{E}/{P}")
-            run_cli(cli, "sync", f"github:{REPO}#4")
-    finally:
-        server.stop()
+    wandb_server([first, second])
+    gh = github_server()
+    gh.add_issue(REPO, 4, "t (synthetic)", "b", created_at=iso(float(t1[0]) - 86400))
+    gh.add_comment(REPO, 4, "Step 150 looked odd (synthetic)", created_at=iso(float(t2[300]) + 1))
+    run_cli(cli, "sync", f"{E}/{P}")
+    run_cli(cli, "sync", f"github:{REPO}#4")
     event = next(e for e in cli_json(cli, "events", "--json") if e["kind"] == "comment")
     assert (event["run"], event["step"], event.get("align")) == ("second-synthetic", 150, "text"), event
 
 
-def test_comment_deleted_upstream_leaves_the_timeline(cli, monkeypatch):
-    from tests.fakes.github_server import FakeGitHub
-
-    with FakeGitHub() as gh:
-        monkeypatch.setenv("GITHUB_API_URL", gh.url)
-        gh.add_issue(REPO, 3, "Hero status (synthetic)", "tracking")
-        keep = gh.add_comment(REPO, 3, "a comment that stays", created_at="2026-09-02T00:00:00Z")
-        gone = gh.add_comment(REPO, 3, "a comment deleted later", created_at="2026-09-02T01:00:00Z")
-        run_cli(cli, "sync", f"github:{REPO}#3")
-        titles = [e["title"] for e in cli_json(cli, "events", "--json")]
-        assert any(t.endswith("a comment deleted later") for t in titles)
-        gh.delete_comment(REPO, 3, gone["id"])
-        run_cli(cli, "sync", f"github:{REPO}#3")
-    items = cli_json(cli, "events", "--json")
-    left = [e for e in items if (e["title"] or "").endswith("a comment deleted later")]
-    assert all(e.get("deleted") or (e.get("fields") or {}).get("deleted") for e in left), left
-    assert any((e["title"] or "").endswith("a comment that stays") for e in items) and keep
+def test_comment_deleted_upstream_leaves_the_timeline(cli, github_server):
+    gh = github_server()
+    gh.add_issue(REPO, 3, "Hero status (synthetic)", "tracking")
+    keep = gh.add_comment(REPO, 3, "a comment that stays", created_at="2026-09-02T00:00:00Z")
+    gone = gh.add_comment(REPO, 3, "a comment deleted later", created_at="2026-09-02T01:00:00Z")
+    run_cli(cli, "sync", f"github:{REPO}#3")
+    titles = [e["title"] for e in cli_json(cli, "events", "--json")]
+    assert any(t.endswith("a comment deleted later") for t in titles)
+    gh.delete_comment(REPO, 3, gone["id"])
+    run_cli(cli, "sync", f"github:{REPO}#3")
+    titles = [e["title"] or "" for e in cli_json(cli, "events", "--json")]
+    assert not [t for t in titles if t.endswith("a comment deleted later")], titles   # removed, not kept as deleted
+    assert [t for t in titles if t.endswith(keep["body"])], titles

@@ -92,9 +92,9 @@ print({_HEAVY_LOADED})
 
 
 def test_a_local_run_syncs_without_the_wandb_sdk_and_draws_without_pyarrow(tmp_path):
-    """Decoding a `.wandb` file loads wandb's protobufs alone, not the SDK (~0.5 s, ~40 MB) nor the HTTP client, and the
-    first frame of a run stored as long rows needs no pyarrow (~25 MiB: exported parts only) nor DuckDB's Python
-    package (~55 ms: reads use its compiled core, store/engine.py); the sync's Arrow writes load it and work. The
+    """Decoding a `.wandb` file loads wandb's protobufs alone, not the SDK nor the HTTP client, and the first frame
+    of a run stored as long rows needs no pyarrow (exported parts only) nor DuckDB's Python package (reads use its
+    compiled core, store/engine.py; their costs: bench/NOTES.md); the sync's Arrow writes load it and work. The
     watch helper's catch-up of a run never synced (its first view waits for it) writes history without it."""
     from tests.blackbox import sdk_env, sdk_write
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from repro.wandb_log import teardown as teardown_wandb  # wandb.teardown() that cannot wait for ever
-from tests.blackbox import cli_json, export_rows, marinctl_run, run_cli, sdk_env, sdk_write, start_wandb
+from tests.blackbox import cli_json, export_rows, marinctl_run, run_cli, sdk_env, sdk_write, sync_served
 
 E, P = "synthetic-lab", "forks-synthetic"
 
@@ -72,13 +72,9 @@ def expected_lineage(chain) -> list[dict]:
 @pytest.fixture(scope="module")
 def remote(tmp_path_factory):
     scenarios = remote_runs()
-    server = start_wandb([r for chain in scenarios.values() for r in chain])   # W&B's fork serving (the default)
     home = tmp_path_factory.mktemp("forks-home")
-    try:
-        done = marinctl_run(["sync", f"{E}/{P}", "--json"], env={**sdk_env(), "MARINCTL_HOME": str(home),
-                                                                "WANDB_BASE_URL": server.url})
-    finally:
-        server.stop()
+    done = sync_served([r for chain in scenarios.values() for r in chain], f"{E}/{P}", "--json",   # W&B's fork serving
+                       env={**sdk_env(), "MARINCTL_HOME": str(home)})
     assert done.returncode == 0, done.stderr
     return {"scenarios": scenarios, "home": home, "report": done.stdout}
 
@@ -122,17 +118,14 @@ def test_sync_report_names_the_childs_first_step(remote):
             assert report[run.run_id]["first_step"] == int(run.steps()[0]), run.run_id
 
 
-def test_default_fake_serves_forks_as_wandb_does():
+def test_default_fake_serves_forks_as_wandb_does(wandb_server):
     """The fake serves a child that logged its fork step its own row there by default (W&B's
     semantics, `fork_from_first_logged`); turned off, the parent's row (the old assumption)."""
     parent, child = remote_runs()["fork-step"]
     at_fork = {}
     for flag in (None, False, True):
-        server = start_wandb([parent, child], **({} if flag is None else {"fork_from_first_logged": flag}))
-        try:
-            at_fork[flag] = server.history.rows(child, 120, 121)[0]["train/loss"]
-        finally:
-            server.stop()
+        server = wandb_server([parent, child], **({} if flag is None else {"fork_from_first_logged": flag}))
+        at_fork[flag] = server.history.rows(child, 120, 121)[0]["train/loss"]
     loss = lambda run: dict(zip(*[a.tolist() for a in run.series["train/loss"]]))[120]  # noqa: E731
     assert at_fork == {None: loss(child), False: loss(parent), True: loss(child)} and loss(parent) != loss(child)
 
@@ -202,18 +195,17 @@ def test_local_chain_lineage_reports_the_ranges_used(cli, local):
                               {"run": "lf-b-synthetic", "from_step": 21, "to_step": 35}]
 
 
-def test_fake_fork_semantics_read_the_same_through_the_real_sdk():
+def test_fake_fork_semantics_read_the_same_through_the_real_sdk(wandb_server):
     """The fake's `fork_from_first_logged` serving, read by wandb.Api().scan_history(): the parent's
     rows below the child's first logged step, then the child's own rows (the SDK contract holds)."""
     wandb = pytest.importorskip("wandb")
     parent, child = remote_runs()["fork-step"]
-    server = start_wandb([parent, child], fork_from_first_logged=True, exported_until={child.run_id: 0})
+    server = wandb_server([parent, child], fork_from_first_logged=True, exported_until={child.run_id: 0})
     try:
         api = wandb.Api(api_key="x" * 40, overrides={"base_url": server.url})
         rows = list(api.run(f"{E}/{P}/{child.run_id}").scan_history(keys=["train/loss"]))
     finally:
         teardown_wandb()
-        server.stop()
     got = {int(r["_step"]): r["train/loss"] for r in rows}
     loss = lambda run: dict(zip(*[a.tolist() for a in run.series["train/loss"]]))  # noqa: E731
     want = {s: v for s, v in loss(parent).items() if s < 120} | loss(child)

@@ -1,6 +1,6 @@
 """`marinctl mix`: phase boundaries at the switch steps, rung scaling, and each weight source.
 
-The published table is Marin's (marin.md §6); mixture files and `mixture/*` series here
+The published table is Marin's (marin#8435); mixture files and `mixture/*` series here
 are SYNTHETIC, built by the tests.
 """
 

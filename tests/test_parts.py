@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.blackbox import as_number, run_cli, start_wandb
+from tests.blackbox import as_number, run_cli
 
 E, P = "synthetic-lab", "parts-synthetic"
 RUN = "parts-run-synthetic"
@@ -78,12 +78,9 @@ def parquet_path(monkeypatch):
 
 
 @pytest.fixture
-def served(monkeypatch, parquet_path):
+def served(wandb_server, parquet_path):
     run = _run()
-    server = start_wandb([run], exported_until={RUN: EXPORTED}, parquet_steps_per_file=PER_FILE)
-    monkeypatch.setenv("WANDB_BASE_URL", server.url)
-    yield server, run
-    server.stop()
+    return wandb_server([run], exported_until={RUN: EXPORTED}, parquet_steps_per_file=PER_FILE), run
 
 
 def _sync(cli, home: Path, *extra: str) -> dict:

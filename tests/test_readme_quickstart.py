@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.blackbox import ROOT, env_with, marinctl_proc, marinctl_run, sdk_env, sdk_write, start_wandb
+from tests.blackbox import ROOT, env_with, marinctl_proc, marinctl_run, sdk_env, sdk_write
 from tests.watch_pilot import open_watch, run_test, screen, settle
 
 
@@ -224,21 +224,16 @@ def test_offline_reader_runs_every_offline_command(cli, monkeypatch, tmp_path):
     assert not reader.failures, "\n".join(reader.failures)
 
 
-def test_reader_with_network_runs_every_command(cli, monkeypatch, tmp_path):
-    from tests.fakes.github_server import FakeGitHub
+def test_reader_with_network_runs_every_command(cli, monkeypatch, tmp_path, wandb_server, github_server):
     from tests.fakes.synth import hero_lineage, ladder_runs
 
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     points_csv(cwd)
-    server = start_wandb(hero_lineage(150, layers=1, experts=2, norm_every=50) + ladder_runs(200, layers=1, experts=2))
-    try:
-        with FakeGitHub() as gh:
-            github_world(gh)
-            reader = Reader(cli, monkeypatch, tmp_path / "online-home", cwd,
-                            {"WANDB_BASE_URL": server.url, "GITHUB_API_URL": gh.url})
-            for cmd in quickstart():
-                reader.run(cmd)
-    finally:
-        server.stop()
+    server = wandb_server(hero_lineage(150, layers=1, experts=2, norm_every=50) + ladder_runs(200, layers=1, experts=2))
+    gh = github_server()
+    github_world(gh)
+    reader = Reader(cli, monkeypatch, tmp_path / "online-home", cwd, {"WANDB_BASE_URL": server.url, "GITHUB_API_URL": gh.url})
+    for cmd in quickstart():
+        reader.run(cmd)
     assert not reader.failures, "\n".join(reader.failures)

@@ -1,6 +1,7 @@
 """Reading a logged run's own config (Levanter/grug names) into repro, and logging repro's own the same way.
 
-The configs below are SYNTHETIC, shaped like Marin's logged runs (marin.md §1.1, §2.1): an
+The configs below are SYNTHETIC, shaped like Marin's logged runs (`experiments/grug/moe_scaling/launch.py`,
+the H100 ladder of marin#8679): an
 isoflop-moe-v2 point (E=64, K=4, two leading dense layers, AdamW) and H100 ladder rungs (d512, d768,
 d1280) of the hero recipe, with W&B's `{"value": …}` wrapping.
 """

@@ -1,4 +1,4 @@
-"""repro's model, piece by piece, against brute force and the formulas in marin.md (CPU, seconds)."""
+"""repro's model, piece by piece, against brute force and Marin's published formulas (CPU, seconds)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,9 @@ def test_counts_match_the_published_ladder_within_3_percent(name):
 
 def test_hero_total_is_marins_exact_count_and_d768_active_rebuilds():
     assert accounting.param_counts(recipe.true_config("hero").model)["total"] == 535_477_106_688  # issue #9277
-    # marin.md §2.1: attention + 8·(3·384²) routed + latent + 2 shared + router, over 8 layers ≈ 60.6M
+    # d768's published 61M active (1.6B-A61M: the docstring of Marin's
+    # `experiments/grug/moe_hero_ep/launch_scaling_ladder.py`), rebuilt:
+    # attention + 8·(3·384²) routed + latent + 2 shared + router, over 8 layers ≈ 60.6M
     d = 768
     per_layer = (2 * d * d + 2 * d * 128) + 8 * 3 * 384**2 + 2 * d * 384 + 2 * 3 * d * 384 + d * 384
     assert accounting.param_counts(recipe.true_config("rung1").model)["active"] == 8 * per_layer == 60_555_264
@@ -68,8 +70,9 @@ def test_qb_hist_matches_the_exact_quantile_and_topk_is_exact():
 
 
 def _qb_hist_by_the_formula(margins, top_k, bins):
-    """marin.md §1.3 as written: a float histogram per expert, counts from the top by flip-cumsum-flip,
-    the last bin whose count from the top reaches T·K/E, interpolation inside it."""
+    """Marin's HIST estimator (`_next_qb_betas`, `experiments/grug/moe_hero_ep/train.py`) by the
+    formula: a float histogram per expert, counts from the top by flip-cumsum-flip, the last bin
+    whose count from the top reaches T·K/E, interpolation inside it."""
     T, E = margins.shape
     lo, hi = margins.min(), margins.max()
     target = torch.tensor(float(T)) * top_k / E

@@ -147,7 +147,7 @@ def test_mfu_never_exceeds_100_percent_a_low_peak_is_raised_and_said(tiny_files,
     rows: list[dict] = []
     peak = Peak(1.0)  # a peak far below what any step does
     train(cpu_proxy(cfg, steps=3), corpus, log=lambda m, s: rows.append(m), peak=peak)
-    assert all(0 < r["throughput/mfu"] <= 100.0 for r in rows)
+    assert len(rows) == 3 and all(0 < r["throughput/mfu"] <= 100.0 for r in rows)
     assert peak.revised_at is not None and peak.flops > 1e6  # the last step that beat the kept peak
 
 
@@ -198,8 +198,9 @@ def test_two_ranks_under_torchrun_log_one_run_matching_one_process(tiny_files, t
         assert rows2[0][key] == pytest.approx(rows1[0][key], rel=1e-4)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_without_cpu_the_run_trains_on_cuda_in_bf16(tiny_files, tmp_path):
+    """On demand (`pytest -m gpu`, on a machine with one): fails, not skips, where there is no GPU."""
     code, doc, err = run(trainer(tiny_files, tmp_path / "gpu", "--steps", "2", cpu=False))
     assert code == 0, err
     assert doc["result"]["device"] == "cuda" and doc["result"]["compute_dtype"] == "bfloat16"
@@ -267,6 +268,22 @@ def test_bad_input_is_exit_2_with_a_hint(tiny_files, tmp_path):
     (tmp_path / "bad.json").write_text("{not json")
     code, _, err = run([sys.executable, "-m", "repro.train", "--from-config", str(tmp_path / "bad.json"), "--dry-run"])
     assert code == 2 and "not JSON" in err
-    code, _, err = run([sys.executable, "-m", "repro.train", "rung1"])  # the true size needs CUDA
-    if not torch.cuda.is_available():
-        assert code == 2 and "needs CUDA" in err and "--cpu" in err
+    code, _, err = run([sys.executable, "-m", "repro.train", "rung1"])  # the true size needs CUDA, hidden here
+    assert code == 2 and "needs CUDA" in err and "--cpu" in err
+
+
+def test_no_test_sees_a_gpu_and_the_gpu_test_runs_only_when_asked_for():
+    """What keeps `repro rung1` above from starting a true-size run on a machine with CUDA: a process a
+    test starts sees no GPU, nor does torch here; the `gpu` test is deselected unless `-m gpu` asks."""
+    assert torch.cuda.is_available() is False and os.environ["CUDA_VISIBLE_DEVICES"] == ""
+    child = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+                           capture_output=True, text=True, timeout=120)
+    assert child.stdout.strip() == "0", child.stderr[-500:]
+
+    def collected(*extra: str) -> list[str]:
+        done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                               "tests/test_repro_train.py", *extra], capture_output=True, text=True, cwd=ROOT, timeout=120)
+        return [line for line in done.stdout.splitlines() if "::" in line]
+
+    assert not [t for t in collected() if "on_cuda" in t]
+    assert [t.split("::")[1] for t in collected("-m", "gpu")] == ["test_without_cpu_the_run_trains_on_cuda_in_bf16"]

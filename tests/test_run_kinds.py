@@ -11,6 +11,7 @@ All runs are SYNTHETIC.
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -78,11 +79,32 @@ def test_mix_phases_are_the_runs_own(mc, kind):
     assert doc["active_number"] == phase_at(sched, last) + 1, doc
 
 
+@pytest.fixture(scope="module")
+def with_a_nan_run(tmp_path_factory):
+    """A copy of the home plus one more SYNTHETIC run with a NaN loss at step 150 (the kinds have no
+    anomaly of their own): anomalies that `--run` must keep out, and ones it must list."""
+    from tests.blackbox import sdk_env, sync_served
+    from tests.fakes.synth import marin_run
+    from tests.run_kinds import copy_home
+
+    home = copy_home(tmp_path_factory, tmp_path_factory.mktemp("kinds-nan") / "home")
+    run = marin_run("nan-synthetic", steps=300, layers=1, experts=2, norm_every=50)
+    run.set_values("train/loss", [150], [float("nan")])
+    done = sync_served([run], f"{run.entity}/{run.project}/{run.run_id}", env={**sdk_env(), "MARINCTL_HOME": str(home)})
+    assert done.returncode == 0, done.stderr
+    return home, run.run_id
+
+
 @kinds()
-def test_anomalies_are_about_the_run(mc, kind):
+def test_anomalies_are_about_the_run(cli, with_a_nan_run, kind):
+    home, other = with_a_nan_run
+    mc = lambda *args: cli("--home", str(home), *args)  # noqa: E731
+    everything = cli_json(mc, "anomalies", "--json")
+    assert (other, 150) in {(a["run"], a["step"]) for a in everything}, everything[:5]   # the filter has work to do
     run = KINDS[kind]
-    for item in cli_json(mc, "anomalies", "--run", run, "--json"):
-        assert item["run"] == run
+    assert [a for a in cli_json(mc, "anomalies", "--run", run, "--json") if a["run"] != run] == []
+    theirs = cli_json(mc, "anomalies", "--run", other, "--json")
+    assert theirs and {a["run"] for a in theirs} == {other}
 
 
 def _ticks(chart: str) -> tuple[list[float], str]:
@@ -141,8 +163,11 @@ def test_ladder_with_a_repro_run_present_fits_the_logged_rungs(mc):
     assert "repro" not in names and REPRO_ID not in names
 
 
-def test_ladder_pin_exits_0_with_logged_rungs_and_a_repro_run(mc):
-    run_cli(mc, "ladder", "--pin", "1.6")
+def test_ladder_pin_for_people_fits_the_logged_rungs_with_a_repro_run_present(mc):
+    _, out, _ = run_cli(mc, "ladder", "--pin", "1.6")
+    assert "source: rungs" in out and "L_inf = 1.6000 (pinned)" in out, out[:600]
+    rows = re.findall(r"^(rung\d) d\d+ ", out, re.M)
+    assert rows == ["rung1", "rung2", "rung3", "rung4"] and REPRO_ID not in out, out[:600]
 
 
 def test_ladder_pin_works_when_the_only_run_is_a_repro_run(cli, tmp_path_factory, tmp_path):
@@ -151,14 +176,13 @@ def test_ladder_pin_works_when_the_only_run_is_a_repro_run(cli, tmp_path_factory
     run_cli(cli, "--home", str(home), "sync", str(folder))
     code, out, err = cli("--home", str(home), "ladder", "--pin", "1.6", "--json")
     assert code == 0, err
-    assert REPRO_ID not in " ".join(r["name"] for r in cli_json(lambda *a: cli("--home", str(home), *a),
-                                                                  "ladder", "--pin", "1.6", "--json")["rungs"])
+    doc = json.loads(out)     # no logged rung: the published v16 isoFLOP points, never the repro run
+    assert doc["source"] == "published-v16-isoflop" and len(doc["rungs"]) == 6, doc["source"]
+    assert REPRO_ID not in " ".join(r["name"] for r in doc["rungs"])
 
 
 @pytest.mark.parametrize("command", [("show", "rung1", "--json"), ("explain", "step", "10", "--run", "rung1", "--json"),
                                      ("mix", "--run", "rung1", "--json")])
 def test_rung1_means_the_logged_rung(mc, command):
-    doc = cli_json(mc, *command)
-    assert doc["run"] in (RUNG_ID, "rung1"), doc["run"]
-    if command[0] == "show":
-        assert doc["run"] == RUNG_ID
+    """`run` is the logged rung's id: the alias, echoed back, would name nothing other commands take."""
+    assert cli_json(mc, *command)["run"] == RUNG_ID

@@ -223,7 +223,7 @@ def test_held_keeps_one_instance_for_a_burst_then_lets_other_processes_in(tmp_pa
 
 
 def test_a_writer_checks_and_migrates_on_its_own_connection(tmp_path):
-    """A process's first write opens the file once (each open builds a DuckDB instance, ~35 ms):
+    """A process's first write opens the file once (each open builds a DuckDB instance):
     the schema is checked, and a new or older file migrated, on the writer's connection."""
     path = tmp_path / "once.duckdb"
     for _ in range(2):                       # a new file, then the same file in a fresh process's Store

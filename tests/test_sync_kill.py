@@ -182,16 +182,14 @@ def test_the_kills_really_happened():
 
 
 @pytest.fixture
-def quiet_server(monkeypatch):
+def quiet_server(wandb_server):
     from tests.fakes.synth import marin_run
 
     small = dict(entity=E, project=P, group="kill-synthetic", layers=1, experts=2, norm_every=100, eval_every=100)
     done = marin_run("cost-finished-synthetic", steps=300, state="finished", **small)
     live = marin_run("cost-live-synthetic", steps=300, state="running", **small)
-    server = start_wandb([done, live], exported_until={done.run_id: 0, live.run_id: 0})
-    monkeypatch.setenv("WANDB_BASE_URL", server.url)
-    yield server, done, live
-    server.stop()
+    server = wandb_server([done, live], exported_until={done.run_id: 0, live.run_id: 0})
+    return server, done, live
 
 
 def test_second_sync_of_a_finished_run_is_one_metadata_request(cli, quiet_server):
@@ -221,7 +219,7 @@ def test_live_run_refetches_only_from_its_last_stored_step(cli, quiet_server):
 
 
 @pytest.mark.parametrize("second", ["url", "run-id"])
-def test_one_run_cannot_be_synced_twice_at_once_under_another_name(tmp_path, second):
+def test_one_run_cannot_be_synced_twice_at_once_under_another_name(tmp_path, wandb_server, second):
     """The first sync is held at its first history page by the server; meanwhile the same run,
     named another way, must be refused (exit 1, "already syncing") instead of synced twice."""
     from tests.fakes.synth import marin_run
@@ -235,54 +233,45 @@ def test_one_run_cannot_be_synced_twice_at_once_under_another_name(tmp_path, sec
             held.append(n)
             gate.wait(60)
 
-    server = start_wandb([run], exported_until={run.run_id: 0})
-    home = tmp_path / "home"
-    env = env_with(MARINCTL_HOME=str(home), WANDB_BASE_URL=server.url)
+    server = wandb_server([run], exported_until={run.run_id: 0})
+    env = env_with(MARINCTL_HOME=str(tmp_path / "home"))
+    assert marinctl_run(["sync", f"{E}/{P}/{run.run_id}"], env=env).returncode == 0   # the run is known now
+    run.extend(400)
+    server.on_request = hold_first_page
+    first = marinctl_proc(["sync", f"{E}/{P}/{run.run_id}"], env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
     try:
-        assert marinctl_run(["sync", f"{E}/{P}/{run.run_id}"], env=env).returncode == 0   # the run is known now
-        run.extend(400)
-        server.on_request = hold_first_page
-        first = marinctl_proc(["sync", f"{E}/{P}/{run.run_id}"], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-        try:
-            assert wait_until(lambda: bool(held), 60), "the first sync never asked for history"
-            other = {"url": f"https://wandb.ai/{E}/{P}/runs/{run.run_id}", "run-id": run.run_id}[second]
-            again = marinctl_run(["sync", other], env=env, timeout=120)
-            assert first.poll() is None       # still held at its first page
-        finally:
-            gate.set()
-            first.wait(timeout=60)
+        assert wait_until(lambda: bool(held), 60), "the first sync never asked for history"
+        other = {"url": f"https://wandb.ai/{E}/{P}/runs/{run.run_id}", "run-id": run.run_id}[second]
+        again = marinctl_run(["sync", other], env=env, timeout=120)
+        assert first.poll() is None       # still held at its first page
     finally:
         gate.set()
-        server.stop()
+        first.wait(timeout=60)
     assert again.returncode == 1 and "already syncing" in again.stderr, (again.returncode, again.stderr)
 
 
 # --- rewinds: the incremental pass and a fresh one agree -----------------------------------------------------
 
 
-def test_rewind_detections_agree_with_a_fresh_mirror(tmp_path, cli, monkeypatch):
+def test_rewind_detections_agree_with_a_fresh_mirror(tmp_path, cli, wandb_server):
     from tests.fakes.synth import marin_run
 
     run = marin_run("rewind-synthetic", steps=900, entity=E, project=P, state="running", layers=1, experts=2,
                     norm_every=50, eval_every=100)
-    server = start_wandb([run], exported_until={run.run_id: 0})
-    monkeypatch.setenv("WANDB_BASE_URL", server.url)
-    try:
-        seen = tmp_path / "seen"
-        run_cli(cli, "--home", str(seen), "sync", f"{E}/{P}/{run.run_id}")
-        run.truncate(600)                                       # W&B rewind to step 600, then logged again
-        run.extend(1200, seed=77)
-        run.set_values("train/loss", [1000], [50.0])            # a spike after the rewind
-        for key in ("_timestamp", "_runtime"):              # relaunched two hours later, as rewinds are
-            steps, values = run.series[key]
-            later = steps >= 600
-            run.set_values(key, steps[later], values[later] + 7200.0)
-        run_cli(cli, "--home", str(seen), "sync", f"{E}/{P}/{run.run_id}")
-        fresh = tmp_path / "fresh"
-        run_cli(cli, "--home", str(fresh), "sync", f"{E}/{P}/{run.run_id}")
-    finally:
-        server.stop()
+    wandb_server([run], exported_until={run.run_id: 0})
+    seen = tmp_path / "seen"
+    run_cli(cli, "--home", str(seen), "sync", f"{E}/{P}/{run.run_id}")
+    run.truncate(600)                                       # W&B rewind to step 600, then logged again
+    run.extend(1200, seed=77)
+    run.set_values("train/loss", [1000], [50.0])            # a spike after the rewind
+    for key in ("_timestamp", "_runtime"):              # relaunched two hours later, as rewinds are
+        steps, values = run.series[key]
+        later = steps >= 600
+        run.set_values(key, steps[later], values[later] + 7200.0)
+    run_cli(cli, "--home", str(seen), "sync", f"{E}/{P}/{run.run_id}")
+    fresh = tmp_path / "fresh"
+    run_cli(cli, "--home", str(fresh), "sync", f"{E}/{P}/{run.run_id}")
 
     def found(home):
         rows = cli_json(lambda *a: cli("--home", str(home), *a), "anomalies", "--run", run.run_id, "--json")
@@ -295,7 +284,7 @@ def test_rewind_detections_agree_with_a_fresh_mirror(tmp_path, cli, monkeypatch)
     assert any(a[0] == 1000 and a[1] == "train/loss" for a in full)
 
 
-def test_rewind_is_recorded_where_the_sync_saw_history_rewritten(tmp_path, cli, monkeypatch):
+def test_rewind_is_recorded_where_the_sync_saw_history_rewritten(tmp_path, cli, wandb_server):
     """A rewind re-logged without a wall-clock gap: the one `rewind` recorded is at the step the
     sync re-fetched from (not a guess from timestamps), and every other detection agrees with a
     fresh mirror of the same history."""
@@ -303,18 +292,14 @@ def test_rewind_is_recorded_where_the_sync_saw_history_rewritten(tmp_path, cli, 
 
     run = marin_run("rewind-quick-synthetic", steps=900, entity=E, project=P, state="running", layers=1, experts=2,
                     norm_every=50, eval_every=100)
-    server = start_wandb([run], exported_until={run.run_id: 0})
-    monkeypatch.setenv("WANDB_BASE_URL", server.url)
-    try:
-        seen = tmp_path / "seen"
-        run_cli(cli, "--home", str(seen), "sync", f"{E}/{P}/{run.run_id}")
-        run.rewrite_from(600, seed=77)
-        run.extend(1200, seed=78)
-        report = cli_json(cli, "--home", str(seen), "sync", f"{E}/{P}/{run.run_id}", "--json")
-        fresh = tmp_path / "fresh"
-        run_cli(cli, "--home", str(fresh), "sync", f"{E}/{P}/{run.run_id}")
-    finally:
-        server.stop()
+    wandb_server([run], exported_until={run.run_id: 0})
+    seen = tmp_path / "seen"
+    run_cli(cli, "--home", str(seen), "sync", f"{E}/{P}/{run.run_id}")
+    run.rewrite_from(600, seed=77)
+    run.extend(1200, seed=78)
+    report = cli_json(cli, "--home", str(seen), "sync", f"{E}/{P}/{run.run_id}", "--json")
+    fresh = tmp_path / "fresh"
+    run_cli(cli, "--home", str(fresh), "sync", f"{E}/{P}/{run.run_id}")
 
     def found(home):
         rows = cli_json(lambda *a: cli("--home", str(home), *a), "anomalies", "--run", run.run_id, "--json")

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from repro.wandb_log import teardown as teardown_wandb  # wandb.teardown() that cannot wait for ever
-from tests.blackbox import env_with, marinctl_proc, run_cli, sdk_env, sdk_write, start_wandb, wandb_files
+from tests.blackbox import env_with, marinctl_proc, marinctl_run, run_cli, sdk_env, sdk_write, wandb_files
 from tests.watch_pilot import open_watch, run_test, wait_for_text
 
 E, P = "synthetic-lab", "system-synthetic"
@@ -63,6 +63,15 @@ def stats_run(tmp_path_factory) -> tuple[str, Path]:
     files = wandb_files(out)[logged["run_id"]]
     assert len(files) == 1
     return logged["run_id"], files[0]
+
+
+@pytest.fixture(scope="module")
+def stats_home(stats_run, tmp_path_factory) -> Path:
+    """A data home `marinctl sync` filled with the stats run once, for the tests that only read it."""
+    home = tmp_path_factory.mktemp("stats-home")
+    done = marinctl_run(["sync", str(stats_run[1])], env={**sdk_env(), "MARINCTL_HOME": str(home)})
+    assert done.returncode == 0, done.stderr
+    return home
 
 
 def _epoch(text: str) -> float:
@@ -106,15 +115,14 @@ def assert_same_samples(got, want) -> None:
 # --- local .wandb files -------------------------------------------------------------------------------
 
 
-def test_local_stats_records_are_stored_as_wandb_reads_them(stats_run, cli):
+def test_local_stats_records_are_stored_as_wandb_reads_them(stats_run, stats_home, cli):
     run_id, path = stats_run
     want = wandb_read_stats(path)
     keys = {k for k, _, _ in want}
     assert {"system.cpu", "system.memory_percent"} <= keys and len({t for _, t, _ in want}) >= 5, keys
-    run_cli(cli, "sync", str(path))
-    assert_same_samples(stored_samples(cli, run_id), want)
+    assert_same_samples(stored_samples(cli, run_id, "--home", str(stats_home)), want)
     # history stays what was logged: the samples are not history keys
-    code, out, err = cli("sql", "SELECT key FROM metric_keys ORDER BY 1", "--json")
+    code, out, err = cli("--home", str(stats_home), "sql", "SELECT key FROM metric_keys ORDER BY 1", "--json")
     assert code == 0 and not [r["key"] for r in json.loads(out) if r["key"].startswith("system")], out
 
 
@@ -167,15 +175,15 @@ def wandb_read_environment(path: Path) -> dict:
     return {k: v for k, v in env.items() if k not in ("writer_id", "email")}
 
 
-def test_local_environment_records_are_stored_as_wandb_reads_them(stats_run, cli):
+def test_local_environment_records_are_stored_as_wandb_reads_them(stats_run, stats_home, cli):
     """LEET's environment sidebar, kept: os, python, host, program, CPU, memory, disk … as W&B reads them."""
     run_id, path = stats_run
     want = wandb_read_environment(path)
     assert {"os", "python", "host", "cpu_count", "memory", "git"} <= set(want), want
     # the SDK writes the git remote without the token it was cloned with; nothing of it is stored
     assert want["git"]["remote_url"] == "https://example.invalid/lab/synthetic.git", want["git"]
-    run_cli(cli, "sync", str(path))
-    code, out, err = cli("sql", f"SELECT environment FROM runs WHERE run_id = '{run_id}'", "--json")
+    code, out, err = cli("--home", str(stats_home), "sql", f"SELECT environment FROM runs WHERE run_id = '{run_id}'",
+                         "--json")
     assert code == 0, err
     assert json.loads(json.loads(out)[0]["environment"]) == want
     assert TOKEN not in out
@@ -273,12 +281,9 @@ def sdk_system_rows(url: str, path: str) -> list[tuple[str, float, float]]:
 
 
 @pytest.fixture
-def remote(monkeypatch):
+def remote(wandb_server):
     run = _remote_run("events-synthetic")
-    server = start_wandb([run], exported_until={run.run_id: 0})
-    monkeypatch.setenv("WANDB_BASE_URL", server.url)
-    yield server, run
-    server.stop()
+    return wandb_server([run], exported_until={run.run_id: 0}), run
 
 
 @pytest.mark.asyncio
@@ -340,7 +345,7 @@ def test_a_running_remote_run_gets_its_latest_sample_set(remote, cli):
 
 
 @pytest.mark.parametrize("op", ["HistoryPage", "RunSystemEvents"])
-def test_a_sync_killed_before_or_at_the_events_request_resumes_to_the_same_set(tmp_path, cli, monkeypatch, op):
+def test_a_sync_killed_before_or_at_the_events_request_resumes_to_the_same_set(tmp_path, cli, wandb_server, op):
     run = _remote_run("events-kill-synthetic")
     fired = threading.Event()
     pid: list[int] = []
@@ -350,20 +355,16 @@ def test_a_sync_killed_before_or_at_the_events_request_resumes_to_the_same_set(t
             fired.set()
             os.kill(pid[0], signal.SIGKILL)
 
-    server = start_wandb([run], exported_until={run.run_id: 0}, on_request=kill_at)
+    server = wandb_server([run], exported_until={run.run_id: 0}, on_request=kill_at)
     home = tmp_path / "killed"
-    try:
-        proc = marinctl_proc(["sync", f"{E}/{P}/{run.run_id}"], env=env_with(MARINCTL_HOME=str(home),
-                             WANDB_BASE_URL=server.url), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        pid.append(proc.pid)
-        _, err = proc.communicate(timeout=120)
-        assert fired.is_set() and proc.returncode == -signal.SIGKILL, err.decode()[-2000:]
-        monkeypatch.setenv("WANDB_BASE_URL", server.url)
-        run_cli(cli, "--home", str(home), "sync", f"{E}/{P}/{run.run_id}")
-        got = stored_samples(cli, run.run_id, "--home", str(home))
-        assert_same_samples(got, sdk_system_rows(server.url, f"{E}/{P}/{run.run_id}"))
-    finally:
-        server.stop()
+    proc = marinctl_proc(["sync", f"{E}/{P}/{run.run_id}"], env=env_with(MARINCTL_HOME=str(home)),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    pid.append(proc.pid)
+    _, err = proc.communicate(timeout=120)
+    assert fired.is_set() and proc.returncode == -signal.SIGKILL, err.decode()[-2000:]
+    run_cli(cli, "--home", str(home), "sync", f"{E}/{P}/{run.run_id}")
+    got = stored_samples(cli, run.run_id, "--home", str(home))
+    assert_same_samples(got, sdk_system_rows(server.url, f"{E}/{P}/{run.run_id}"))
 
 
 def test_a_gpu_node_s_environment_reads_one_row_per_gpu_field_with_sizes_in_binary_units():

@@ -90,6 +90,17 @@ def written(tmp_path_factory):
     return out, logged, files
 
 
+@pytest.fixture(scope="module")
+def mirrored(written, tmp_path_factory):
+    """Both runs synced once, into a store of the module's own: for the tests that only read it.
+    (store, what `sync_path` returned)."""
+    from marinctl.store import Store
+
+    out, _, _ = written
+    store = Store(tmp_path_factory.mktemp("mirrored") / "mirrored.duckdb")
+    return store, wl.sync_path(store, out / "wandb")
+
+
 def _main(written):
     out, logged, files = written
     run_id = next(r for r, v in logged.items() if v["kind"] == "local")
@@ -130,9 +141,9 @@ def assert_rows_equal(got: dict, want: dict) -> None:
 # --- the mirror -------------------------------------------------------------------------------
 
 
-def test_mirror_equals_what_the_sdk_logged(store, written):
+def test_mirror_equals_what_the_sdk_logged(mirrored, written):
     out, logged, files = written
-    results = wl.sync_path(store, out / "wandb")
+    store, results = mirrored
     by_run = {r["run"]: r for r in results}
     assert set(by_run) == set(logged)
     run_id, rows, _ = _main(written)
@@ -175,23 +186,27 @@ def test_small_read_windows_give_the_same_rows(store, written, tmp_path, monkeyp
     assert_rows_equal(stored_rows(store, run_id), want)
 
 
-def test_console_lines_become_events(store, written):
-    run_id, rows, path = _main(written)
-    wl.sync_path(store, path)
+def test_console_lines_become_events(mirrored, written):
+    """Each run's printed lines, in order, as console events of that run (the repro run's under its own)."""
+    store, _ = mirrored
+    _, logged, _ = written
     with store.connect() as con:
         ev = con.execute("SELECT event_id, source, kind, body, step, run_uid FROM events ORDER BY event_id").fetchall()
-    bodies = [e[3] for e in sorted(ev, key=lambda e: int(e[0].rsplit(":", 1)[1]))]
-    want = [f"step {s}: loss={r['train/loss']:.4f}" for s, r in enumerate(rows) if s % 25 == 0]
-    assert bodies == want
-    assert {(e[1], e[2], e[5]) for e in ev} == {("local", "console", f"local:{run_id}")}
+    for run_id, v in logged.items():
+        uid = f"{v['kind']}:{run_id}"
+        mine = sorted((e for e in ev if e[5] == uid), key=lambda e: int(e[0].rsplit(":", 1)[1]))
+        want = [f"step {s}: loss={r['train/loss']:.4f}" for s, r in enumerate(v["rows"]) if s % 25 == 0]
+        assert [e[3] for e in mine] == want, uid
+        assert {(e[1], e[2]) for e in mine} == {("local", "console")}, uid   # read from a local file
+    assert len(ev) == sum(len(range(0, len(v["rows"]), 25)) for v in logged.values())
 
 
-def test_oracle_wandb_leet_inspect(store, written):
+def test_oracle_wandb_leet_inspect(mirrored, written):
     """`wandb leet inspect --json` (W&B's own Go reader) sees the same history we stored."""
+    store, _ = mirrored
     run_id, _, path = _main(written)
     wandb_cli = Path(sys.executable).with_name("wandb")
-    if not wandb_cli.exists():
-        pytest.skip("wandb CLI not installed next to python")
+    assert wandb_cli.exists(), "the wandb CLI comes with the test extra (marinctl[local])"
     proc = subprocess.run([str(wandb_cli), "leet", "inspect", "--json", str(path)], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -207,7 +222,6 @@ def test_oracle_wandb_leet_inspect(store, written):
                 elif v in ("NaN", "nan"):
                     oracle[(step, k)] = float("nan")
     assert len({s for s, _ in oracle}) == 300
-    wl.sync_path(store, path)
     got = stored_rows(store, run_id)
     assert set(oracle) <= set(got)
     assert all(_same(got[k], v) for k, v in oracle.items())

@@ -22,7 +22,7 @@ from repro.wandb_log import teardown as teardown_wandb  # wandb.teardown() that 
 from marinctl.store import Store
 from marinctl.sync import sync_targets
 from tests.fakes.synth import hero_lineage, ladder_runs, marin_run
-from tests.fakes.wandb_server import Faults, Rewind, WandbServer
+from tests.fakes.wandb_server import Faults, Rewind
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "marin-community/marin_moe"
@@ -40,31 +40,14 @@ def _truth(run) -> list[tuple[int, str, float]]:
     return sorted(run.long_rows())
 
 
-@pytest.fixture
-def wandb_env(monkeypatch):
-    def start(runs, **kw):
-        server = WandbServer(runs, verbose=False, **kw).start()
-        monkeypatch.setenv("WANDB_BASE_URL", server.url)
-        return server
-    servers = []
-
-    def factory(runs, **kw):
-        s = start(runs, **kw)
-        servers.append(s)
-        return s
-    yield factory
-    for s in servers:
-        s.stop()
-
-
-def test_sync_mirrors_every_row_and_export_reproduces_it(cli, wandb_env, monkeypatch):
+def test_sync_mirrors_every_row_and_export_reproduces_it(cli, wandb_server, monkeypatch):
     from marinctl.sources import wandb_parquet
     from marinctl.sync import wandb as wandb_sync
 
     monkeypatch.setattr(wandb_sync, "PARQUET_MIN_STEPS", 100)  # small runs still take the export path
     monkeypatch.setattr(wandb_parquet, "DOWNLOADS_AT_ONCE", 1)  # and one part at a time
     runs = hero_lineage(300) + ladder_runs(200)
-    server = wandb_env(runs)
+    server = wandb_server(runs)
     code, out, err = cli("sync", PROJECT, "--json")
     assert code == 0, err
     report = json.loads(out)
@@ -85,9 +68,9 @@ def test_sync_mirrors_every_row_and_export_reproduces_it(cli, wandb_env, monkeyp
     assert lineage[1]["from_step"] == mid.fork_step + 1
 
 
-def test_incremental_sync_fetches_only_new_steps(cli, wandb_env):
+def test_incremental_sync_fetches_only_new_steps(cli, wandb_server):
     run = marin_run("synthetic-live", steps=500, state="running")
-    server = wandb_env([run], exported_until={"synthetic-live": 400})
+    server = wandb_server([run], exported_until={"synthetic-live": 400})
     assert cli("sync", f"{PROJECT}/synthetic-live")[0] == 0
     before = dict(server.stats)
     run.extend(1499)  # 1000 new steps arrive
@@ -103,11 +86,11 @@ def test_incremental_sync_fetches_only_new_steps(cli, wandb_env):
     assert json.loads(out)["runs"][0]["rows_added"] == 0
 
 
-def test_faults_end_with_identical_mirror(cli, wandb_env):
+def test_faults_end_with_identical_mirror(cli, wandb_server):
     runs = hero_lineage(200)
     faults = Faults(rate_limit_every=5, retry_after=0.05, server_errors=[(2, 3)], truncate_every=7,
                     graphql_error_every=11, empty_pages=(0,))
-    server = wandb_env(runs, faults=faults, exported_until={r.run_id: 0 for r in runs})
+    server = wandb_server(runs, faults=faults, exported_until={r.run_id: 0 for r in runs})
     code, out, err = cli("sync", PROJECT, "--json")
     assert code == 0, err
     for r in runs:
@@ -115,9 +98,9 @@ def test_faults_end_with_identical_mirror(cli, wandb_env):
     assert server.stats["HistoryPage"] > 0
 
 
-def test_rewind_is_detected_and_resynced(cli, wandb_env):
+def test_rewind_is_detected_and_resynced(cli, wandb_server):
     run = marin_run("synthetic-rewind", steps=800, state="running")
-    server = wandb_env([run], exported_until={"synthetic-rewind": 0})
+    server = wandb_server([run], exported_until={"synthetic-rewind": 0})
     assert cli("sync", f"{PROJECT}/synthetic-rewind")[0] == 0
     # history rewritten from step 500 (lastStep first goes back, then forward again)
     run.rewrite_from(500, seed=4242)
@@ -133,9 +116,9 @@ def test_rewind_is_detected_and_resynced(cli, wandb_env):
     assert _export(cli, "synthetic-rewind") == _truth(run)
 
 
-def test_sigkill_mid_sync_then_resume_no_loss_no_duplicates(tmp_path, wandb_env):
+def test_sigkill_mid_sync_then_resume_no_loss_no_duplicates(tmp_path, wandb_server):
     run = marin_run("synthetic-kill", steps=16000, extra_scalar_keys=20)
-    server = wandb_env([run], faults=Faults(slow_every=1, slow_seconds=0.2), exported_until={"synthetic-kill": 0})
+    server = wandb_server([run], faults=Faults(slow_every=1, slow_seconds=0.2), exported_until={"synthetic-kill": 0})
     env = {**os.environ, "WANDB_BASE_URL": server.url, "MARINCTL_HOME": str(tmp_path / "h")}
     cmd = [sys.executable, "-m", "marinctl", "sync", f"{PROJECT}/synthetic-kill"]
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -164,17 +147,17 @@ def test_sigkill_mid_sync_then_resume_no_loss_no_duplicates(tmp_path, wandb_env)
     assert rows == _truth(run)
 
 
-def test_unknown_project_and_run_exit_2(cli, wandb_env):
-    wandb_env([marin_run("synthetic-a", steps=50)])
+def test_unknown_project_and_run_exit_2(cli, wandb_server):
+    wandb_server([marin_run("synthetic-a", steps=50)])
     code, _, err = cli("sync", "marin-community/no_such_project")
     assert code == 2 and "not found" in err and "Traceback" not in err
     code, _, err = cli("sync", f"{PROJECT}/no-such-run")
     assert code == 2 and "no-such-run" in err
 
 
-def test_network_down_leaves_store_untouched(cli, wandb_env, monkeypatch, tmp_path):
+def test_network_down_leaves_store_untouched(cli, wandb_server, monkeypatch, tmp_path):
     run = marin_run("synthetic-a", steps=120)
-    wandb_env([run])
+    wandb_server([run])
     assert cli("sync", f"{PROJECT}/synthetic-a")[0] == 0
     before = _export(cli, "synthetic-a")
     monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # nothing listens on the discard port
@@ -219,11 +202,11 @@ def test_rejected_key_is_reported_without_printing_it(cli, monkeypatch):
     assert secret not in dump
 
 
-def test_sdk_scan_history_and_marinctl_agree(cli, wandb_env, tmp_path):
+def test_sdk_scan_history_and_marinctl_agree(cli, wandb_server, tmp_path):
     """The same rows through the real wandb SDK and through marinctl (SDK contract, both sides)."""
     wandb = pytest.importorskip("wandb")
     run = marin_run("synthetic-contract", steps=150)
-    server = wandb_env([run])
+    server = wandb_server([run])
     assert cli("sync", f"{PROJECT}/synthetic-contract")[0] == 0
     ours = _export(cli, "synthetic-contract")
     try:

@@ -2,14 +2,16 @@
 
 The hero trains on the Harrier 2026.08.18 mixture in three phases — initial, main from
 step 108,000, cooldown from step 312,192 of 390,251 — and the ladder rungs switch at the
-same fractions of their own schedules (marin.md §6). The weights come from the best
+same fractions of their own schedules (marin#8435; Marin's `docs/reports/hero-mixture-log.md`).
+The weights come from the best
 source the store holds, always labelled:
 1. `config`: the run's staged mixture in its config (`data.train_weights`, Levanter's names):
    its phases, planned to the end of the run, with the weights the run logged
    (`mixture/weight/*`) where it logged them — a run stopped early still has its later phases;
 2. `wandb`: the run's own `mixture/weight/*` keys (phases where `mixture/stage` changes; the
    last phase runs to the end of the schedule);
-3. `file`: the synced repository file `harrier_mix_2026_08_18.json`, in any of its shapes:
+3. `file`: the synced repository file (`experiments/grug/moe_hero_ep/harrier_mix_2026_08_18.json`
+   in Marin's repository), in any of its shapes:
    per-cell weights `phaseK_weights` (phase0 the pretraining mix, phase1 the cooldown mix), or
    stages with their start steps (`stages`/`phases`: `{start_step, weights}`, or Levanter's
    `train_weights: [[start_step, weights], …]`, as PR #9162's main-phase change writes them);

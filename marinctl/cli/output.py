@@ -4,8 +4,8 @@ Only the CLI prints. Every human-facing string that came from outside passes thr
 `marinctl.text.inert` here, so commands cannot forget it; numbers in table cells read
 as `marinctl.numbers.cell` writes them. JSON and CSV keep raw numbers; a non-finite value
 is spelled as W&B's own JSON exports spell it ("NaN", "Infinity", "-Infinity"), so that
-`null` / an empty CSV field keeps meaning "no value" (cli-contract.md, Values and keys);
-the JSON encoder is `marinctl/json_doc.py`, shared with the Python API.
+`null` / an empty CSV field keeps meaning "no value" (README, "Values and keys"); the JSON
+encoder is `marinctl/json_doc.py`, shared with the Python API.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def watch(
     if not (sys.stdin.isatty() and sys.stdout.isatty()) and os.environ.get("TEXTUAL_DRIVER") != WEB_DRIVER:
         raise UserError("watch needs an interactive terminal", "for scripts and pipes use `marinctl plot KEY [--run RUN]`")
     # numpy's OpenBLAS starts a thread per core that spins after each call; watch's arrays are small
-    # and the spinning took the other core from the start (numpy's import: 150 ms of CPU, 74 with one)
+    # and the spinning took the other core from the start (bench/NOTES.md, "Start-up costs")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from marinctl.tui import startup
 

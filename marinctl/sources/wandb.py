@@ -2,7 +2,9 @@
 
 Why not the wandb SDK: since 0.27 `wandb.Api()` spawns a `wandb-core` process, needs
 an API key even for public projects, and yields history one Python dict at a time.
-marinctl speaks the same GraphQL (queries as in wandb.md §2–4) and hands history to
+marinctl speaks the same GraphQL (the SDK's queries: `wandb/apis/public/runs.py`,
+`core/api/graphql/query_runhistory_backend.graphql`, `query_parquethistory.graphql` in
+wandb/wandb) and hands history to
 DuckDB in bulk. Public projects are read anonymously; `WANDB_API_KEY` or the netrc entry
 `wandb login` wrote is sent as HTTP basic auth `api:KEY` when present, and never printed.
 """
@@ -379,7 +381,7 @@ class WandbClient:
 
 # -- parsing (no I/O: tested on fixtures) ---------------------------------------------------
 def loads(text: str | bytes) -> Any:
-    """JSON through orjson (4-5x faster on history rows, bench/STORE_DESIGN.md), falling back
+    """JSON through orjson (several times faster on history rows, bench/NOTES.md), falling back
     to the standard parser for what orjson refuses but W&B may send (bare NaN/Infinity)."""
     try:
         return orjson.loads(text)

@@ -1,6 +1,7 @@
 """Reading W&B's `.wandb` transaction log: LevelDB-log framing, then protobuf `Record`s.
 
-Format (research/wandb.md §7.2): a 7-byte header `:W&B` + uint16 LE 0xBEE1 + version 0,
+Format (wandb/wandb's `core/pkg/leveldb/record.go`, `crc.go`; `wandb/proto/wandb_internal.proto`
+for the records): a 7-byte header `:W&B` + uint16 LE 0xBEE1 + version 0,
 then 32 KiB blocks of chunks `crc32 u32 | length u16 | type u8 | data`, types FULL/FIRST/
 MIDDLE/LAST; block tails under 7 bytes are zero padding. The CRC is zlib's IEEE crc32 of
 the data seeded with the type byte.
@@ -280,8 +281,8 @@ def _require_wandb() -> None:
 
 @lru_cache(maxsize=1)
 def _pb():
-    """wandb's record protobufs, without running `wandb/__init__` (the whole SDK: ~0.5 s and ~40 MB
-    before `watch` on a fresh wandb/ dir can draw). The proto modules import only each other and
+    """wandb's record protobufs, without running `wandb/__init__` (the whole SDK, slow to import and
+    heavy, before `watch` on a fresh wandb/ dir can draw). The proto modules import only each other and
     google.protobuf; their classes live in protobuf's default pool, so a later `import wandb` in this
     process gets these very classes back."""
     _require_wandb()

@@ -123,7 +123,7 @@ class Store:
         con = None
         if write and not self._migrated:
             # the version is checked (and the file migrated) on the writer's own connection: one
-            # open, where a separate check would build a second database instance (~35 ms)
+            # open, where a separate check would build a second database instance
             self.path.parent.mkdir(parents=True, exist_ok=True)
             con = self._open(read_only=False, lock_timeout=lock_timeout)
             try:
@@ -170,9 +170,9 @@ class Store:
         """Keep the store open read-write meanwhile, for a burst of short connections in this process.
 
         DuckDB serves a process's connections to one file from one database instance: the first
-        open builds it (~35 ms: the catalog, the thread pool) and the last close checkpoints and
-        tears it down (~10 ms). While this holds one, every `connect`/`transaction` inside costs
-        ~0.2 ms. Other processes cannot open the file meanwhile (they wait, up to lock_timeout),
+        open builds it (the catalog, the thread pool) and the last close checkpoints and tears it
+        down; a `connect`/`transaction` inside a held instance costs a small fraction of that
+        (bench/NOTES.md, "Start-up costs"). Other processes cannot open the file meanwhile (they wait, up to lock_timeout),
         so hold it for bursts of a few seconds at most (a watch's first view, the catch-up of a
         small run), never for a long sync. A store this process may only read is simply not held.
         """
@@ -205,7 +205,7 @@ def glance(path: Path | str) -> Iterator[duckdb.DuckDBPyConnection | None]:
         yield None
         return
     try:
-        try:    # the migrations table read directly: information_schema costs ~20 ms of a TAB
+        try:    # the migrations table read directly: information_schema's views cost more than the look
             version = con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchall()[0][0]
         except duckdb.Error:
             version = 0

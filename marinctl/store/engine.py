@@ -1,14 +1,13 @@
 """DuckDB as the store uses it: the compiled core everywhere, the whole package only where Arrow meets SQL.
 
-`import duckdb` runs the package's Python layer (relations, expressions: ~90 modules, 55 ms of a
-watch's start, measured A/B in bench/bench_watch_terminal.py's notes). Reading the store never
+`import duckdb` runs the package's Python layer (relations, expressions: dozens of modules, a
+visible share of a watch's start: bench/NOTES.md, "Start-up costs"). Reading the store never
 uses it: connections, queries, fetches and the error classes belong to the compiled core
 (`_duckdb`), the very classes the package re-exports. Two things do need the package's set-up:
-scanning an Arrow table registered on a connection, and building a relation (`con.sql`,
-`con.from_arrow`). They go through `register`, `relation` and `from_arrow` below, which load it
-first, once; connections opened before that work with it too. The history writer hands the
-core NumPy columns instead (`metrics.replace_range`), so a `watch` catching a run up loads none
-of it.
+scanning an Arrow table registered on a connection, and building a relation (`con.sql()`,
+`con.from_arrow()`). They go through `register`, `relation` and `from_arrow` below, which load it
+first, once; connections opened before that work with it too. The history writer hands the core
+NumPy columns instead (`metrics.replace_range`), so a `watch` catching a run up loads none of it.
 """
 
 from __future__ import annotations

@@ -6,9 +6,8 @@ order of cost: the key lists its parquet parts record (`part_keys`); the keys of
 TAIL_STEPS steps of long rows (rows go in by step window, so zone maps keep that read to the
 last window: most keys of a live run are there); then, for what is left, one `LIMIT 1` probe per
 key (rows of a window are ordered by key: zone maps find a key's first row without a scan) or,
-past PROBES keys, one `SELECT DISTINCT key_id` over the run's long rows. On 81.6M long rows and
-745 keys: the newest steps settle every key in ~10 ms, where the DISTINCT took ~300 ms and 745
-probes ~550 ms (bench/bench_complete.py, 2 shared cores).
+past PROBES keys, one `SELECT DISTINCT key_id` over the run's long rows — the order of what each
+costs on a hero-sized run (bench/NOTES.md, "Completion").
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from typing import Sequence
 
 from marinctl.store import Connection
 
-PROBES = 32             # up to this many keys, a probe each (~0.75 ms at hero scale); past it, one scan
+PROBES = 32             # up to this many keys, a probe each; past it, one scan
 TAIL_STEPS = 5_000      # the newest steps read first
 
 
@@ -31,7 +30,7 @@ def logged(con: Connection, run_pks: Sequence[int], keys: Sequence[str]) -> set[
     """Those of `keys` that these runs logged at least once (parts' key lists, then a probe per key)."""
     if not keys or not run_pks:
         return set()
-    if len(keys) > PROBES:      # a long IN list costs more to plan (~30 ms for 745) than the whole table to read
+    if len(keys) > PROBES:      # a long IN list costs more to plan than the whole table costs to read
         wanted = set(keys)
         ids = {k: i for k, i in con.execute("SELECT key, key_id FROM metric_keys").fetchall() if k in wanted}
     else:

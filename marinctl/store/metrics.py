@@ -91,7 +91,7 @@ def _interned(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> dict[str, np.n
     """`batch` as NumPy columns with its keys interned (key_id, step, value, and `nan` where it has
     NaNs: DuckDB reads a NumPy NaN as NULL), or None when it holds nulls. DuckDB's compiled core
     scans NumPy arrays itself; an Arrow table needs the package's Python layer (store/engine.py),
-    whose import (~45 ms) held up the first view of a `watch` on a run never synced."""
+    whose import held up the first view of a `watch` on a run never synced."""
     import pyarrow as pa
 
     if any(batch.column(c).null_count for c in ("step", "key", "value")):
@@ -253,7 +253,7 @@ def downsample_many(
     hi: int,
     buckets: int,
 ) -> dict[str, Envelope]:
-    """`downsample` for several keys in ONE scan (a chart grid: ~2-3x cheaper than one query per key).
+    """`downsample` for several keys in ONE scan (a chart grid: the history is read once, not once a key).
 
     Keys the store does not know are absent from the result.
     """

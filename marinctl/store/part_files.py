@@ -1,6 +1,8 @@
 """One exported parquet file read as history: which columns are metric keys, and their values.
 
-W&B's export format is only partly known (research/wandb.md §4.3), so reading is defensive:
+W&B's export format is only partly documented (wandb/wandb's `core/internal/runhistoryreader/`
+and `parquet/downloader.go` read it; how nested values and media appear is not said), so
+reading is defensive:
 - a metric key is a numeric column (floats; ints, bools and decimals cast to float64);
   strings, lists, maps, binary and media columns are skipped, as the JSON path skips them;
 - a struct column is flattened, its numeric fields named with `.` (`train.loss`), the way
@@ -10,7 +12,7 @@ W&B's export format is only partly known (research/wandb.md §4.3), so reading i
 - a null cell means "not logged at this step"; NaN and ±Inf are values.
 
 Files are never rewritten, so each one's footer is parsed once per process (an LRU of open
-files: a 757-column footer costs ~10 ms to parse) and reads of one file are serialised.
+files: a footer of hundreds of columns is slow to parse) and reads of one file are serialised.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The `history_parts` registry: W&B's exported parquet parts kept as the stored form of history.
 
 Re-encoding an export into long rows costs more than everything else a sync does
-(bench/STORE_DESIGN.md), so a downloaded part is kept as it is, under
+(bench/NOTES.md, "History parts"), so a downloaded part is kept as it is, under
 `<db name>.history/<sha1(run uid)[:16]>/<fresh name>.parquet`, and registered for a step
 range [lo, hi) of its run. Invariants, kept by every writer here and by
 `metrics.replace_range`:
@@ -102,7 +102,7 @@ class Facts:
 
 
 def facts(path: Path, lo: int, hi: int) -> Facts:
-    """Decode every key of `path` over [lo, hi) once: ~1 s per 50k steps × 757 keys."""
+    """Decode every key of `path` over [lo, hi) once: the costliest read of a part, so its facts are kept."""
     import pyarrow as pa
     pf = open_part(path)
     footer = pf.footer()
@@ -147,8 +147,8 @@ def facts(path: Path, lo: int, hi: int) -> Facts:
                           "value": pa.array(np.concatenate(nf_values) if nf_values else [], pa.float64())})
     out = Facts(lo, hi, footer.file_lo, footer.file_hi, footer.num_rows, os.path.getsize(path),
                 bool(len(all_steps) < 2 or np.all(np.diff(all_steps) > 0)), keys, nonfinite)
-    # Arrow's allocator keeps the pages a whole part was decoded into (~300 MiB for two parts at
-    # once) unless asked: hand them back before detection reads its frames
+    # Arrow's allocator keeps the pages a whole part was decoded into (every column of the part)
+    # unless asked: hand them back before detection reads its frames
     pa.default_memory_pool().release_unused()
     return out
 

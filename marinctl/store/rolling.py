@@ -7,7 +7,7 @@ is what keeps full detection of a 400k-step run in seconds (bench/bench_explain.
 Every window is trailing and excludes the current row unless said otherwise.
 
 Memory: DuckDB's windowed median/MAD sizes its sort tree by the whole partition and sits
-outside `memory_limit` (one 1.07 GB allocation for a 400k-step run's spike keys). So every
+outside `memory_limit` (one allocation that grows with the run: bench/NOTES.md). So every
 query here sees at most `CHUNK_ROWS` rows (plus the window's own look-back): each key's rows,
 filtered as the query filters them, are cut into chunks that carry the `overlap` rows the
 window needs before them, and each chunk reports only its own rows — results identical to

@@ -251,8 +251,8 @@ def _steps_of(p: Piece) -> np.ndarray:
 
 def run_keys(con: Connection, run_pks: Sequence[int]) -> list[str]:
     """Keys these runs logged, sorted. The distinct ids first, then their names: written as `key_id IN
-    (long rows) OR key_id IN (parts)` the same answer took 10× longer at hero scale (2.2 s against 0.21
-    over 80M long rows)."""
+    (long rows) OR key_id IN (parts)` the same answer is an order of magnitude slower at hero scale
+    (bench/NOTES.md)."""
     if not run_pks:
         return []
     marks = ",".join(str(int(p)) for p in run_pks)

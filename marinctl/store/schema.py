@@ -1,8 +1,8 @@
 """The store's schema, grown through numbered migrations.
 
-Each migration is a file `store/migrations/NNNN_name.sql`; `migrate()` applies the
-ones a database has not seen, together in one transaction, and records each in
-`schema_migrations`. Never edit an applied migration: add the next number.
+Each migration is a numbered file in `store/migrations/` (`0001_core.sql`, `0002_…`);
+`migrate()` applies the ones a database has not seen, together in one transaction, and records
+each in `schema_migrations`. Never edit an applied migration: add the next number.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[int]:
     if not pending:
         return []
     # one transaction for all that are pending: a new file's first open committed (and synced to
-    # disk) once per migration, 23 ms where one commit takes 7 (the first `watch` of a new home
-    # waits on it); a failure leaves the file as it was
+    # disk) once per migration, and the first `watch` of a new home waits on it; a failure leaves
+    # the file as it was
     con.execute("BEGIN TRANSACTION")
     try:
         for version, name, sql in pending:

@@ -213,7 +213,7 @@ def keys_of(con: duckdb.DuckDBPyConnection, run_pks: Sequence[int]) -> list[str]
 
 def data_version(con: duckdb.DuckDBPyConnection) -> tuple:
     """A cheap fingerprint of what a view shows: it changes when history (parts or long rows), runs,
-    liveness, keys, events, anomalies or system samples change (small-table aggregates, ~1 ms), so an
+    liveness, keys, events, anomalies or system samples change (aggregates of small tables), so an
     idle view re-reads nothing."""
     return tuple(con.execute("""
         SELECT (SELECT count(*) FROM runs), (SELECT sum(coalesce(last_step, -1)) FROM runs),

@@ -305,7 +305,7 @@ def _write_history(con, run_pk: int, cols: wf.HistoryColumns) -> int:
 
 def _release_decoded() -> None:
     """Hand the decoded windows' Arrow buffers back to the OS (mimalloc keeps freed pages for
-    reuse): a `watch` that read a run's file settles ~18 MiB lighter."""
+    reuse), so a `watch` that read a run's file settles lighter."""
     import pyarrow as pa
 
     pa.default_memory_pool().release_unused()

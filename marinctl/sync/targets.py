@@ -1,6 +1,6 @@
 """What a TARGET names, as sync plans: parsed once, before any network call or write.
 
-Forms (cli-contract.md): `marin`, a W&B URL in wandb.ai or forge form,
+Forms (README, "Naming runs and targets"): `marin`, a W&B URL in wandb.ai or forge form,
 `ENTITY/PROJECT[/RUN_ID]`, a local `wandb/` dir, run dir or `.wandb` file,
 `github:OWNER/REPO#N`, `github:OWNER/REPO?label=NAME`, `github:OWNER/REPO/path`.
 Unknown shapes are a UserError (exit 2), unless they name a stored run (`resolve_targets`).

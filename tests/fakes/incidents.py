@@ -7,8 +7,8 @@ Every run id starts with `synthetic-`, carries the tags `synthetic` and `inciden
 in the SYNTHETIC project `synthetic-lab/explain-incidents`. The truth stays here, in Python; nothing
 in the runs' config tells a detector the answer.
 
-The injected shapes follow the published signatures (shared/research/peers.md §B.2–B.3,
-marin.md §1.3–1.4, §3):
+The injected shapes follow the published signatures (the OPT-175B and BLOOM tr8-104B logbooks,
+PaLM, OLMo 2, Wortsman et al. 2023; Marin's QB router bias and hero optimizer, marin#8435):
 - QB router-bias re-set: `router_bias` is replaced each step, so its norm can jump in one step
   (`heuristic_parameter`); the leaves' Δ‖θᵢ‖² still sum exactly to the logged Δ‖θ‖².
 - optimizer co-spike: grad norm first (×15), loss one logged step later (×2.5), both easing

@@ -1,7 +1,8 @@
 """SYNTHETIC Marin-shaped W&B runs for tests and benchmarks (never real data).
 
 Every run built here has `synthetic=True`, a display name ending in "(synthetic)" and the
-tag "synthetic". Key names follow Marin's trackers (shared/research/marin.md §3): dense
+tag "synthetic". Key names follow Marin's trackers (Levanter's `log_step_info`, `WatchConfig`
+and tree stats under Marin's `lib/levanter/src/levanter/`, grug's `_summarize_router_metrics`): dense
 per-step keys (`train/loss`, `optim/learning_rate`, `train/router/*`, `throughput/*`, ...),
 watch keys every `norm_every` steps (`params/norm/<leaf>`, `grad/norm/<leaf>`, totals),
 and `eval/paloma/*` every `eval_every` steps.

@@ -1,35 +1,38 @@
 """Anomaly detectors over the full-resolution history, never over samples.
 
-W&B's sampled endpoints hide one-step spikes (peers.md §A.2), so every detector reads the
+W&B's sampled endpoints hide one-step spikes (wandb/wandb#5694, #4295), so every detector reads the
 stored history of a run at full resolution — the run's own steps plus, for a fork child,
 its parent's steps up to the fork (store/lineage.py) so baselines never start empty. The windowed statistics run in DuckDB (store/rolling.py);
 this module decides what counts as anomalous and why.
 
-Detectors and thresholds (each with its source; peers.md §B.1, marin.md §5):
+Detectors and thresholds, each with its source ("Marin's alerts" are the hero-run alert
+thresholds in Marin's `.agents/skills/manage-hero-run/SKILL.md`):
 - **spike** on log(train/loss) and log(grad/norm/total): robust z = 0.6745·(y − median)/MAD
   over the trailing `SPIKE_WINDOW` = 100 points, the current point excluded (a window that
-  contains the spike masks it, §B.1). Loss spike z > 8, co-spike both z > 6 — the public
+  contains the spike masks it). Loss spike z > 8, co-spike both z > 6 — the public
   W&B watcher calibrated on six healthy runs (max z 4.5; never both > 6). Work in log space:
   spikes are multiplicative. The modified z-score is Iglewicz & Hoaglin's (SaQC flagMAD).
 - **warm-up aware**: nothing before step 200 (the watcher skips < 200; OLMo-core waits for a
   full window) and thresholds ×1.5 until warm-up ends (BLOOM's glitches cluster there but so
-  does fast healthy movement); router metrics only after warm-up (Marin: "sudden z-loss or
-  router-metric change (after warmup)", marin.md §5).
+  does fast healthy movement); router metrics only after warm-up (Marin's alert: "sudden
+  z-loss or router-metric change (after warmup)").
 - **sustained_rise**: loss > 1.5 × trend (trailing 200-step median) for ≥ 10 consecutive
-  steps — Marin's own alert "> 50% above trend for ~10+ steps" (marin.md §5).
+  steps — Marin's own alert "> 50% above trend for ~10+ steps".
 - **nonfinite**: any NaN/Inf value (Marin: instability = NaN/Inf; grug crashes on them).
 - **step_gap**, **resume** (wall-clock gap > max(10× median step time, 10 min) with no step
   gap; the watcher's SLOW rule and Marin's 30-min wedge alert bound it), **fork** (from the
   lineage), **rewind** (history the store saw before was rewritten; see analysis/detect/detection.py).
 - **throughput_collapse**: 30-step median tokens/s below 0.75 × the median of the 1,000
-  steps before — Marin "sustained 20–30% below baseline" (marin.md §5); watcher SLOW uses
+  steps before — Marin's alert "sustained 20–30% below baseline"; watcher SLOW uses
   the median of 30 step times > 1.25× baseline.
 - **hyperball_drift**: a MuonH/AdamH matrix norm more than 1% from its first logged value.
-  Those optimizers project every step back onto the Frobenius sphere (marin.md §1.4, §3.2),
+  Those optimizers project every step back onto the Frobenius sphere (marin#8435's optimizer
+  table; Marin's `experiments/grug/moe_hero_ep/heuristic.py`),
   so their norms hold to ~1e-6 in fp32; 1% is a marinctl choice (no published number).
 - **router**: routing-entropy drop (z < −8), drop/overflow fraction rise (z > 8 and
-  +0.5 percentage points), router z-loss jump (log z > 8) — DeepSeek-V3 / Marin router
-  metrics as instability signals (peers.md §B.3, marin.md §5).
+  +0.5 percentage points), router z-loss jump (log z > 8) — DeepSeek-V3's (arXiv 2412.19437)
+  and Marin's router metrics (`experiments/grug/moe/model.py`) as instability signals, as
+  Marin's alerts name them.
 - **param_norm_jump**: robust z > 8 of Δlog‖θ‖ *per step* between watch steps (trailing 50
   watch points) and |Δlog‖θ‖| > 1e-4; classified by exact attribution (attribution.py). A
   delta is divided by the steps it spans, so the first delta after a gap or a restart is

@@ -3,27 +3,28 @@
 The robust z-scores (detectors.py, store/rolling.py) are per logged row, but what happened is
 an *event*. Marin's optimizer signature — grad norm first, loss one logged step later, both
 easing over the next few (BLOOM tr8-104B: grad 12,953 → 262,623 one step before loss
-3.11 → 7.71; peers.md §B.2) — crosses the bar at three or four neighbouring rows, and all of
-them are the same event. So:
+3.11 → 7.71; bigscience-workshop/bigscience `train/tr8-104B-wide/chronicles.md`) — crosses
+the bar at three or four neighbouring rows, and all of them are the same event. So:
 
 - **precursor by logged rows**: a loss spike's grad-norm precursor is one of the grad norm's
   previous `PRECURSOR_ROWS` = 2 *logged rows*, not steps — a run logging every 10 steps has
-  its precursor 10 steps back (the watcher's co-spike rule is per logged point, §B.1).
+  its precursor 10 steps back (the watcher's co-spike rule is per logged point).
 - **one event**: loss/grad detections within `GROUP_ROWS` = 3 logged rows of each other are
   one event, reported at its first loss spike, with every step it touched in its evidence
   (`event_steps`, `start`, `end`) and the largest z as its score. marinctl's choice: BLOOM's
   and the incidents' episodes last 2–4 rows.
 - **its easing tail**: the rows right after an event where the loss or grad norm is still
   elevated (robust z > `TAIL_Z` = 3.5, the modified-z outlier bar of Iglewicz & Hoaglin as in
-  SaQC's flagMAD, §B.1) belong to it, up to `TAIL_ROWS` = 5 rows: the event's evidence lists
+  SaQC's flagMAD) belong to it, up to `TAIL_ROWS` = 5 rows: the event's evidence lists
   them, no finding is made of them.
 - **level shifts are not spikes**: a spike comes back. When the median of the next
   `AFTER_ROWS` = 10 logged values stays at least `SHIFT_SHARE` = half the excursion away
   from the trailing baseline, the series moved to a new level (a harder data mixture, a new
   LR phase), which the spike rule is not meant for; Marin separates a "sustained" rise
-  (> 50% above trend for ~10+ steps, marin.md §5) from a spike the same way. Half and 10
-  rows are marinctl's choices. A level shift in the loss *after a real grad spike* is still
-  that optimizer event (the update damaged the model), with `loss_stayed_up` in evidence.
+  (> 50% above trend for ~10+ steps, Marin's `.agents/skills/manage-hero-run/SKILL.md`)
+  from a spike the same way. Half and 10 rows are marinctl's choices. A level shift in the
+  loss *after a real grad spike* is still that optimizer event (the update damaged the
+  model), with `loss_stayed_up` in evidence.
 - **schedule-aware quiet**: a level shift that starts within 2 logged rows before to
   `QUIET_AFTER` = max(50 steps, 5 rows) after a change the run's own schedule announces
   (warm-up end, data-phase switch, decay start: analysis/schedule.py via context.py) is

@@ -1,13 +1,14 @@
 """Numerics: NaN/Inf values, and the overflow markers mixed-precision trainers log.
 
 - **nonfinite**: any NaN/Inf value (Marin: instability = NaN/Inf; grug raises "Non-finite
-  loss … at step N+1" and Levanter's `crash_on_nan` stops the run, marin.md §3.5, §5).
+  loss … at step N+1" and Levanter's `crash_on_nan` stops the run: Marin's
+  `lib/levanter/src/levanter/trainer.py`, `.agents/skills/manage-hero-run/SKILL.md`).
 - **overflow**: fp16 dynamic loss scaling halves its scale at each overflowing step and skips
   that update; OPT-175B's logbook shows the scale "collapsing" to its floor before NaNs
-  (peers.md §B.2, OPT 27% update; BLOOM's "skipped iterations"). A logged loss scale below
-  1/`SCALE_DROP` = 1/8 of its peak over the previous
-  `SCALE_WINDOW` = 100 rows (three halvings), or a skipped/overflow counter
-  that went up, is `numerics`. 8× is marinctl's choice (one halving is routine).
+  (facebookresearch/metaseq `projects/OPT/chronicles/`, the 27% update; BLOOM's "skipped
+  iterations"). A logged loss scale below 1/`SCALE_DROP` = 1/8 of its peak over the previous
+  `SCALE_WINDOW` = 100 rows (three halvings), or a skipped/overflow counter that went up, is
+  `numerics`. 8× is marinctl's choice (one halving is routine).
 """
 
 from __future__ import annotations

@@ -1,16 +1,17 @@
 """Logit growth: slow trends over hundreds of steps, which spike tests never see.
 
 Output-logit growth (Wortsman et al. 2023, "Small-scale proxies for large-scale Transformer
-training instabilities": log Z drifting up until the loss diverges; PaLM's and OLMo 2's z-loss
-exists to stop it — peers.md §B.2–B.3) shows as a loss that *rises* while the output layer
-grows: the lm_head norm climbs, the z-loss (1e-4·log²Z; in grug the gap `train/loss −
-train/cross_entropy_loss`, marin.md §3.1/§3.4) climbs, and max-logit keys climb when a run
-logs them. Each step is unremarkable (robust z ≈ 2), so this is a trend test, not a spike test:
+training instabilities", arXiv 2309.14322: log Z drifting up until the loss diverges; PaLM's
+and OLMo 2's z-loss exists to stop it, arXiv 2204.02311 and 2501.00656) shows as a loss that
+*rises* while the output layer grows: the lm_head norm climbs, the z-loss (1e-4·log²Z; in grug
+the gap `train/loss − train/cross_entropy_loss`, Marin's `experiments/grug/moe_hero_ep/train.py`)
+climbs, and max-logit keys climb when a run logs them. Each step is unremarkable (robust
+z ≈ 2), so this is a trend test, not a spike test:
 
 1. **screen** (numpy, every block): medians of log values in `BLOCK_STEPS` = 50-step blocks
    (at least 5 logged rows), compared across a `WINDOW_BLOCKS` = 4-block window (200 steps):
    the loss up ≥ `LOSS_RISE` = 2% *and* a logit signal up — lm_head norm ≥ 1% (the
-   hyperball-drift bar: AdamH holds it constant, marin.md §1.4), z-loss ≥ 25%, max logit
+   hyperball-drift bar: AdamH holds it constant, marin#8435), z-loss ≥ 25%, max logit
    ≥ 10%. A healthy loss falls (or shifts once at a data switch, where the logits stay put);
    the percentages are marinctl's choices.
 2. **confirm** (scipy.stats, only where the screen fired): Mann–Kendall (Kendall's τ of the
@@ -126,7 +127,7 @@ def _thin(steps: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def trend(sig: Signal, lo: int, hi: int) -> dict[str, float] | None:
     """Mann–Kendall (Kendall's τ against the step) and Theil–Sen over [lo, hi] of a log signal."""
-    from scipy import stats   # only where the screen fired: scipy.stats costs ~0.5 s to import
+    from scipy import stats   # only where the screen fired: scipy.stats is slow to import (bench/NOTES.md)
 
     m = (sig.steps >= lo) & (sig.steps <= hi)
     steps, y = _thin(sig.steps[m], sig.y[m])

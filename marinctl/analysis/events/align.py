@@ -5,7 +5,7 @@ Order of evidence (the first that applies wins, recorded as `align` in the event
    store has it (or a run the text names), else the parent;
 2. `checkpoint`: a checkpoint path `…/step-N` (handoff, "resumed from") → step N — the
    checkpoint holds N completed updates, so the resumed run's first logged step is N
-   (marin.md §3.5);
+   (Levanter's `StepInfo`, Marin's `lib/levanter/src/levanter/callbacks/_core.py`);
 3. `text`: "step 54k", "Step 1,600", "steps 700 to 800" → that step (a range's first), on
    the run the text names, the hero lineage run whose segment holds it, or the run that was
    logging at the event's time — the time picks the run, never the step;

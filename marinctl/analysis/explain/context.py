@@ -3,8 +3,9 @@ and the other metrics that moved — the context a person needs before blaming a
 
 The run's schedule (warm-up, decay, length, data phases) comes from analysis/schedule.py:
 its own config first, Marin's published rungs for logged hero/ladder runs. Other facts used
-(marin.md): the hero evaluates every 3,000 steps and keeps a permanent checkpoint every
-6,000 (§1.5); rungs evaluate every 5% and checkpoint only at the end (§2.1).
+(Marin's `experiments/grug/moe_hero_ep/launch_scaling_ladder.py`): the hero evaluates every
+3,000 steps and keeps a permanent checkpoint every 6,000; rungs evaluate every 5% and
+checkpoint only at the end.
 """
 
 from __future__ import annotations

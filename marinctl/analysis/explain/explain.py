@@ -7,10 +7,11 @@ with stored detections (episodes that started earlier). The local run reads the 
 lineage (a fork child's parent up to the fork), as detection does, so the first steps after a
 fork have a baseline. Each finding carries its evidence (values vs baseline, robust scores,
 exact Δ‖θ‖² shares, an event's steps, a trend's window), a cause class from the contract's
-vocabulary (peers.md §B.3), a confidence, and a paragraph a student of a from-scratch LLM
-course can follow (explanations.py). Same-cause detections at one moment are one finding,
+vocabulary (the causes the big-run logbooks and papers tell apart: OPT-175B, BLOOM, PaLM,
+OLMo 2, Wortsman et al., DeepSeek-V3), a confidence, and a paragraph a student of a
+from-scratch LLM course can follow (explanations.py). Same-cause detections at one moment are one finding,
 causes are ranked, and a `summary` line names every cause that coincides at the step
-(ranking.py). Returns the contract's JSON (cli-contract.md `explain step N --json`).
+(ranking.py). Returns the CLI contract's JSON for `explain step N --json`.
 """
 
 from __future__ import annotations

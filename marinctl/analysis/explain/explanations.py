@@ -3,7 +3,8 @@ one-line headline for the summary that names every cause at a step.
 
 Each paragraph says what was seen (the numbers in the evidence), which cause class that
 signature points to and why — citing the run logbooks and papers the detectors' thresholds
-come from (shared/research/peers.md §B) — and what people usually do about it.
+come from (OPT-175B's chronicles, BLOOM's tr8-104B chronicles, PaLM, OLMo 2, Wortsman et al.
+2023), named in each paragraph — and what people usually do about it.
 """
 
 from __future__ import annotations

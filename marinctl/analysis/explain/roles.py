@@ -1,16 +1,17 @@
 """What kind of parameter a `params/norm/<leaf>` key measures, from its name and the run config.
 
 Why it matters: parameters move by different rules, so the same norm jump means different
-things. In Marin's hero recipe (marin.md §1.4) attention, expert, shared-expert, latent and
-GatedNorm matrices are trained by **MuonH**, lm_head by **AdamH** — both end each step with a
-Frobenius-hyperball projection, so their norm stays constant and any drift is abnormal.
-The router, router bias group, attention gate, token embedding, 1-D norm gains and SConv
-kernels use **Adam**, whose norms drift freely. The **router bias** is not trained by
-gradients at all (marin.md §1.3): Quantile Balancing *replaces* it every step from a quantile
+things. In Marin's hero recipe (marin#8435; Marin's `experiments/grug/moe_hero_ep/heuristic.py`)
+attention, expert, shared-expert, latent and GatedNorm matrices are trained by **MuonH**,
+lm_head by **AdamH** — both end each step with a Frobenius-hyperball projection, so their norm
+stays constant and any drift is abnormal. The router, router bias group, attention gate, token
+embedding, 1-D norm gains and SConv kernels use **Adam**, whose norms drift freely. The
+**router bias** is not trained by gradients at all (`_next_qb_betas` in Marin's
+`experiments/grug/moe/train.py`): Quantile Balancing *replaces* it every step from a quantile
 of the previous step's router logits, so its norm can jump in one step; a DeepSeek-style
 sign rule instead moves each bias by exactly ±γ per step, so ‖b‖ changes by at most γ·√E per
-step (peers.md §B.1) and a bigger jump points to a different rule or a bug. Buffers (EMA
-copies, pending QB betas, RoPE tables) are not parameters.
+step (DeepSeek-V3, arXiv 2412.19437 §2.1.2) and a bigger jump points to a different rule or a
+bug. Buffers (EMA copies, pending QB betas, RoPE tables) are not parameters.
 """
 
 from __future__ import annotations
@@ -166,7 +167,8 @@ def _find(flat: dict[str, Any], *names: str) -> Any:
 def recipe_roles(run: dict[str, Any] | None) -> RecipeRoles:
     """Read the optimizer family and router-bias rule from a stored run (config JSON, group).
 
-    Marin's MoE recipes from v16 on use QB (marin.md §1.1); the hero and ladder use MuonH.
+    Marin's MoE recipes from v16 on use QB (Marin's `experiments/grug/moe/README.md`); the hero
+    and ladder use MuonH (marin#8435).
     Without config evidence, runs in Marin's MoE groups get those defaults (labelled so).
     """
     run = run or {}
