@@ -63,7 +63,7 @@ class Served:
 
     def __init__(self, home: Path, *args: str):
         env = {**os.environ, "MARINCTL_HOME": str(home), "WANDB_BASE_URL": NOWHERE, "GITHUB_API_URL": NOWHERE,
-               "WANDB_MODE": "offline", "SE_OFFLINE": "true"}
+               "WANDB_MODE": "offline"}
         self.proc = subprocess.Popen([*MARINCTL, "serve", *args, "--port", "0"], env=env, cwd=ROOT,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
@@ -100,13 +100,14 @@ class Served:
         return self.proc.stderr.read()
 
 
-def browser():
+def browser(monkeypatch):
     """A headless Chromium from the distribution's packages, or a skip that says what is missing."""
     webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed: pip install -e '.[test]'")
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
         pytest.skip("no Chromium here: apt-get install -y chromium chromium-driver (.ci/run does)")
     from selenium.webdriver.chrome.service import Service
 
+    monkeypatch.setenv("SE_OFFLINE", "true")      # Selenium Manager, should it be asked, downloads nothing
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
     for arg in BROWSER_ARGS:
@@ -131,12 +132,12 @@ def first_chart_title(screen: str, keys: set[str]) -> str | None:
     return None
 
 
-def test_the_watch_in_a_browser_answers_keys_and_ends_with_its_tab(home, tmp_path):
+def test_the_watch_in_a_browser_answers_keys_and_ends_with_its_tab(home, tmp_path, monkeypatch):
     import marinctl
 
     with marinctl.open(home=home) as m:
         keys = {k for (k,) in m.history("hero").project("key").distinct().fetchall()}
-    driver = browser()
+    driver = browser(monkeypatch)
     served = Served(home, "hero", "--max-sessions", "1")
     try:
         assert served.title == "marinctl watch hero" and "token" not in served.url       # loopback: no token
