@@ -1,14 +1,24 @@
-"""The two kinds of failure the CLI reports, mapped to the contract's exit codes.
+"""The failures marinctl reports, one hierarchy for the CLI and the Python API alike.
 
-`UserError` (exit 2) is bad input: an unknown run, step, metric, target or flag.
+`MarinctlError` is the root: every failure carries a one-line `message` and an optional `hint`
+naming the next thing to try. Its two branches map to the contract's exit codes:
+`UserError` (exit 2) is bad input — an unknown run, step, metric, target or flag — and
 `RuntimeFailure` (exit 1) is the world failing: network, server, disk, a locked store.
-Both carry a one-line message and an optional hint naming the next command to try.
+The named subclasses below are what code raises where the cause is one a caller may want
+to catch on its own (`except marinctl.UnknownRun`); the CLI's boundary only reads
+`exit_code`, so a subclass changes nothing there. They live here, and only here, because
+the watch's first-read helper sends an error across a pipe by class name (tui/first_read.py).
 """
 
 from __future__ import annotations
 
+__all__ = ["MarinctlError", "UserError", "RuntimeFailure", "UnknownRun", "AmbiguousRun", "UnknownStep",
+           "UnknownMetric", "NoStore", "StoreLocked"]
+
 
 class MarinctlError(Exception):
+    """Any failure marinctl reports: `message` (one line) and `hint` (the next command, or None)."""
+
     exit_code = 1
 
     def __init__(self, message: str, hint: str | None = None):
@@ -30,3 +40,27 @@ class RuntimeFailure(MarinctlError):
     """Network, server, disk or lock failure: exit code 1."""
 
     exit_code = 1
+
+
+class UnknownRun(UserError):
+    """A RUN that names nothing stored (a run id, a URL, `hero`, `rung1`…), or no run to default to."""
+
+
+class AmbiguousRun(UserError):
+    """A RUN that names more than one stored run (the same id in two projects)."""
+
+
+class UnknownStep(UserError):
+    """A step outside what is stored for the run."""
+
+
+class UnknownMetric(UserError):
+    """A metric key the store does not hold."""
+
+
+class NoStore(UserError):
+    """A data home or `--db` path with no store in it (the Python API reads only what exists)."""
+
+
+class StoreLocked(RuntimeFailure):
+    """Another process held the store longer than this one would wait."""

@@ -1,7 +1,8 @@
 """Which install extra a command needs, said plainly when it is missing.
 
 A plain `pip install marinctl` carries what following runs needs. Reading local `.wandb`
-files needs wandb's protobufs (`marinctl[local]`); training needs torch (`marinctl[repro]`).
+files needs wandb's protobufs (`marinctl[local]`); training needs torch (`marinctl[repro]`);
+`serve` needs textual-serve (`marinctl[web]`).
 A command that reaches for a missing one stops with exit 1 and the install line to run.
 """
 
@@ -11,7 +12,7 @@ import importlib.util
 
 from marinctl.errors import RuntimeFailure
 
-EXTRAS = {"local": ("wandb",), "repro": ("torch", "tokenizers", "wandb")}
+EXTRAS = {"local": ("wandb",), "repro": ("torch", "tokenizers", "wandb"), "web": ("textual_serve",)}
 
 
 def missing(extra: str) -> list[str]:

@@ -39,17 +39,27 @@ def checkout_root() -> Path | None:
     return None
 
 
+def _home_path(given: Path | None) -> Path:
+    if given is not None:
+        return given
+    if os.environ.get("MARINCTL_HOME"):
+        return Path(os.environ["MARINCTL_HOME"]).expanduser()
+    if (root := checkout_root()) is not None:
+        return root / "cache"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "marinctl"
+
+
 def home() -> Path:
-    if _overrides["home"] is not None:
-        path = _overrides["home"]
-    elif os.environ.get("MARINCTL_HOME"):
-        path = Path(os.environ["MARINCTL_HOME"]).expanduser()
-    elif (root := checkout_root()) is not None:
-        path = root / "cache"
-    else:
-        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-        path = Path(base) / "marinctl"
-    return usable_folder(path, "data home", _HOME_HINT)
+    return usable_folder(_home_path(_overrides["home"]), "data home", _HOME_HINT)
+
+
+def locate(home: str | os.PathLike | None = None, db: str | os.PathLike | None = None) -> Path:
+    """The store file `home`/`db` name, in the same precedence, touching nothing: a reader (the
+    Python API) may read a store it cannot write, so no folder is made or probed here."""
+    if db is not None:
+        return Path(db).expanduser()
+    return _home_path(Path(home).expanduser() if home is not None else None) / DB_NAME
 
 
 def db_path() -> Path:

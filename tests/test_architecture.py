@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -38,7 +40,10 @@ SQL_WRITE = re.compile(
     r"CREATE\s+(OR\s+REPLACE\s+)?(TEMP\s+|TEMPORARY\s+)?(TABLE|VIEW|INDEX|SEQUENCE)|DROP\s+(TABLE|VIEW|INDEX|SEQUENCE)|ALTER\s+TABLE)\b"
 )
 SQL_TABLE = re.compile(r"\b(FROM|JOIN|INTO|UPDATE)\s+(" + "|".join(TABLES) + r")\b")
-QUIET_LAYERS = ("ground", "sources", "store", "analysis", "sync")
+QUIET_LAYERS = ("ground", "sources", "store", "analysis", "sync", "web")
+# ARCHITECTURE.md, Layers: the package's module `__getattr__` is the ground floor's one door to
+# the api layer (`marinctl.open` imported on first use); (file, function, the layer it may reach).
+LAZY_DOOR = ("marinctl/__init__.py", "__getattr__", "api")
 
 
 # --- reading ARCHITECTURE.md ---------------------------------------------------------------
@@ -137,6 +142,16 @@ def rel(path: Path) -> str:
     return path.relative_to(ROOT).as_posix()
 
 
+def door_lines(path: Path) -> set[int]:
+    """The lines of LAZY_DOOR's function, when `path` is its file (else none)."""
+    if rel(path) != LAZY_DOOR[0]:
+        return set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef) and node.name == LAZY_DOOR[1]:
+            return set(range(node.lineno, node.end_lineno + 1))
+    return set()
+
+
 # --- the rules ---------------------------------------------------------------------------------
 
 def test_every_file_has_a_layer():
@@ -148,6 +163,7 @@ def test_imports_follow_the_layers():
     for path in source_files():
         mine = layer_of(rel(path))
         allowed = layers()[mine]["may"] | {mine}
+        door = door_lines(path)
         for line, mod in imports(path):
             target = module_file(mod)
             if target is None:
@@ -156,9 +172,18 @@ def test_imports_follow_the_layers():
                 else:
                     continue
             theirs = layer_of(target)
-            if theirs not in allowed:
+            if theirs not in allowed and not (theirs == LAZY_DOOR[2] and line in door):
                 offenders.append(f"{rel(path)}:{line} ({mine}) imports {mod} ({theirs})")
     assert offenders == [], "\n".join(offenders)
+
+
+def test_the_lazy_door_is_lazy():
+    """`import marinctl` loads no other module of marinctl: the door opens on first use only."""
+    code = "import sys, marinctl; print(sorted(m for m in sys.modules if m.startswith('marinctl')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["['marinctl']"], out.stdout
+    assert door_lines(ROOT / LAZY_DOOR[0]), f"{LAZY_DOOR[0]} has no {LAZY_DOOR[1]} (a guard on the reader itself)"
 
 
 def test_third_party_packages_stay_in_their_layers():

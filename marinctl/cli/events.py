@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from marinctl import numbers
-from marinctl.cli import output
+from marinctl.cli import complete, output
 
 
 def register(app: typer.Typer) -> None:
@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
 
 
 def events(
-    run: Annotated[Optional[str], typer.Option("--run", metavar="RUN", help="Only events aligned to this run (`hero`: its whole lineage).")] = None,
+    run: Annotated[Optional[str], typer.Option("--run", metavar="RUN", help="Only events aligned to this run (`hero`: its whole lineage).", autocompletion=complete.runs)] = None,
     around: Annotated[Optional[int], typer.Option("--around", metavar="STEP", help="Only events within --window steps of STEP.")] = None,
     window: Annotated[int, typer.Option("--window", metavar="N", help="Steps either side of --around.")] = 2000,
     json_out: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
@@ -57,7 +57,7 @@ def _step(step: int | None, basis: str | None) -> str | None:
 
 
 def mix(
-    run: Annotated[Optional[str], typer.Option("--run", metavar="RUN", help="hero (default), rung1..rung4, or a run id.")] = None,
+    run: Annotated[Optional[str], typer.Option("--run", metavar="RUN", help="hero (default), rung1..rung4, or a run id.", autocompletion=complete.runs)] = None,
     at: Annotated[Optional[int], typer.Option("--at", metavar="STEP", help="Mark the phase active at STEP (default: the run's last synced step).")] = None,
     top: Annotated[int, typer.Option("--top", help="Domains shown (largest first); the rest are summed.")] = 12,
     json_out: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from marinctl import numbers
-from marinctl.cli import output
+from marinctl.cli import complete, output
 from marinctl.cli.boundary import CommandGroup
 
 explain_app = typer.Typer(help="Explain what is unusual at a step: ranked findings, evidence, cause, context.",
@@ -29,8 +29,8 @@ def register(app: typer.Typer) -> None:
 
 def step(
     n: Annotated[int, typer.Argument(metavar="N", help="The step to explain.")],
-    run: Annotated[Optional[str], typer.Option("--run", metavar="RUN", help="hero (default), a run id, rung1..rung4.")] = None,
-    metric: Annotated[Optional[str], typer.Option("--metric", metavar="KEY", help="Focus on one metric, e.g. params/norm/total.")] = None,
+    run: Annotated[Optional[str], typer.Option("--run", metavar="RUN", help="hero (default), a run id, rung1..rung4.", autocompletion=complete.runs)] = None,
+    metric: Annotated[Optional[str], typer.Option("--metric", metavar="KEY", help="Focus on one metric, e.g. params/norm/total.", autocompletion=complete.keys)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="JSON output (the contract's shape).")] = False,
 ) -> None:
     from marinctl.analysis.explain.explain import explain
@@ -52,7 +52,7 @@ def step(
 
 
 def anomalies(
-    run: Annotated[Optional[str], typer.Option("--run", metavar="RUN", help="hero (default), a run id, rung1..rung4.")] = None,
+    run: Annotated[Optional[str], typer.Option("--run", metavar="RUN", help="hero (default), a run id, rung1..rung4.", autocompletion=complete.runs)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
     from marinctl.analysis.explain.explain import anomalies as list_anomalies

@@ -4,36 +4,22 @@ Only the CLI prints. Every human-facing string that came from outside passes thr
 `marinctl.text.inert` here, so commands cannot forget it; numbers in table cells read
 as `marinctl.numbers.cell` writes them. JSON and CSV keep raw numbers; a non-finite value
 is spelled as W&B's own JSON exports spell it ("NaN", "Infinity", "-Infinity"), so that
-`null` / an empty CSV field keeps meaning "no value" (README, "Values and keys").
+`null` / an empty CSV field keeps meaning "no value" (README, "Values and keys"); the JSON
+encoder is `marinctl/json_doc.py`, shared with the Python API.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import sys
-from datetime import date, datetime
+from datetime import datetime
 from typing import Any, Iterable, Sequence
 
 from marinctl import numbers
-from marinctl.text import inert, json_safe
+from marinctl.json_doc import dumps, nonfinite
+from marinctl.text import inert
 
-
-def _default(obj: Any) -> Any:
-    if isinstance(obj, (datetime, date)):
-        return obj.isoformat()
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    if isinstance(obj, (set, tuple)):
-        return list(obj)
-    return str(obj)
-
-
-def nonfinite(value: float) -> str:
-    """A non-finite float as a string: "NaN", "Infinity" or "-Infinity"."""
-    if math.isnan(value):
-        return "NaN"
-    return "Infinity" if value > 0 else "-Infinity"
+__all__ = ["csv_cell", "dumps", "fmt", "info", "nonfinite", "print_json", "print_table"]
 
 
 def csv_cell(value: Any) -> Any:
@@ -41,23 +27,6 @@ def csv_cell(value: Any) -> Any:
     if isinstance(value, float):
         return repr(float(value)) if math.isfinite(value) else nonfinite(value)
     return "" if value is None else value
-
-
-def _clean(obj: Any) -> Any:
-    """JSON has no NaN/Inf: spell them out, so the output parses and `null` still means no value."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return nonfinite(obj)
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set)):
-        return [_clean(v) for v in obj]
-    if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):   # numpy arrays and scalars
-        return _clean(obj.tolist())
-    return obj
-
-
-def dumps(obj: Any) -> str:
-    return json_safe(json.dumps(_clean(obj), default=_default, ensure_ascii=False, allow_nan=False))
 
 
 def print_json(obj: Any) -> None:

@@ -27,7 +27,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from marinctl import paths
-from marinctl.cli import output
+from marinctl.cli import complete, output
 from marinctl.errors import RuntimeFailure, UserError
 
 DEMO_STEPS = 60
@@ -197,7 +197,7 @@ def _result_doc(stdout: str) -> dict[str, Any] | None:
 # --- the commands -------------------------------------------------------------------------------------
 
 def repro(
-    rung: Annotated[str, typer.Argument(metavar="RUNG|RUN", help="rung1..rung4, hero, a width (d768), or a stored run id (rerun from its own logged config).")],
+    rung: Annotated[str, typer.Argument(metavar="RUNG|RUN", help="rung1..rung4, hero, a width (d768), or a stored run id (rerun from its own logged config).", autocompletion=complete.rungs)],
     cpu: Annotated[bool, typer.Option("--cpu", help="Train the CPU proxy (the rule is in repro/recipe.py).")] = False,
     steps: Annotated[Optional[int], typer.Option("--steps", help="Steps to train (proxy default 120; the true run's own otherwise).")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Random seed (default 0, or a stored run's own).")] = None,

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from marinctl.cli import output
+from marinctl.cli import complete, output
 from marinctl.errors import UserError
 
 
@@ -45,7 +45,7 @@ def runs(json_out: Annotated[bool, typer.Option("--json", help="JSON output.")] 
 
 
 def show(
-    run: Annotated[str, typer.Argument(metavar="RUN")],
+    run: Annotated[str, typer.Argument(metavar="RUN", autocompletion=complete.runs)],
     json_out: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
     from marinctl.store import open_store
@@ -91,8 +91,8 @@ def _flatten(obj, prefix: str = "") -> list[tuple[str, object]]:
 
 
 def export(
-    run: Annotated[str, typer.Argument(metavar="RUN")],
-    keys: Annotated[Optional[str], typer.Option("--keys", help="Comma-separated metric keys (default: all).")] = None,
+    run: Annotated[str, typer.Argument(metavar="RUN", autocompletion=complete.runs)],
+    keys: Annotated[Optional[str], typer.Option("--keys", help="Comma-separated metric keys (default: all).", autocompletion=complete.key_list)] = None,
     fmt: Annotated[str, typer.Option("--format", help="csv or parquet.")] = "csv",
     out: Annotated[Optional[Path], typer.Option("--out", help="Output file (default: stdout for csv).")] = None,
     stitched: Annotated[bool, typer.Option("--stitched", help="Follow the fork lineage: each step from the newest run covering it.")] = False,
@@ -108,10 +108,7 @@ def export(
     with open_store().connect() as con:
         target = resolve_target(con, run, stitched=stitched)
         if key_list:
-            missing = metrics.unknown_keys(con, key_list)
-            if missing:
-                raise UserError(f"unknown metric key(s): {', '.join(missing)}",
-                                "list keys with `marinctl sql \"SELECT key FROM metric_keys\"`")
+            metrics.require_keys(con, key_list)
         if fmt == "parquet":
             out.parent.mkdir(parents=True, exist_ok=True)
             rows = metrics.export_parquet(con, target.segments, key_list, out)   # streamed: bounded memory

@@ -14,7 +14,12 @@ from typing import Annotated, Optional
 
 import typer
 
+from marinctl.cli import complete
 from marinctl.errors import UserError
+
+# textual-serve runs each tab's watch with pipes for a terminal and this driver speaking to the
+# browser (`marinctl serve`): the one way watch runs without a tty
+WEB_DRIVER = "textual.drivers.web_driver:WebDriver"
 
 
 def register(app: typer.Typer) -> None:
@@ -28,12 +33,12 @@ def register(app: typer.Typer) -> None:
 
 
 def watch(
-    target: Annotated[Optional[str], typer.Argument(metavar="TARGET", help="What to follow (default: the hero lineage).")] = None,
+    target: Annotated[Optional[str], typer.Argument(metavar="TARGET", help="What to follow (default: the hero lineage).", autocompletion=complete.targets)] = None,
     interval: Annotated[float, typer.Option("--interval", help="Seconds between background syncs.")] = 30.0,
 ) -> None:
     if not interval > 0:
         raise UserError(f"--interval must be a positive number of seconds, not {interval}", "try `marinctl watch --interval 30`")
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+    if not (sys.stdin.isatty() and sys.stdout.isatty()) and os.environ.get("TEXTUAL_DRIVER") != WEB_DRIVER:
         raise UserError("watch needs an interactive terminal", "for scripts and pipes use `marinctl plot KEY [--run RUN]`")
     # numpy's OpenBLAS starts a thread per core that spins after each call; watch's arrays are small
     # and the spinning took the other core from the start (bench/NOTES.md, "Start-up costs")
@@ -53,8 +58,8 @@ def watch(
 
 
 def plot(
-    key: Annotated[str, typer.Argument(metavar="KEY", help="Metric key, e.g. train/loss.")],
-    run: Annotated[Optional[str], typer.Option("--run", help="RUN (default: the hero lineage, or the only run stored).")] = None,
+    key: Annotated[str, typer.Argument(metavar="KEY", help="Metric key, e.g. train/loss.", autocompletion=complete.keys)],
+    run: Annotated[Optional[str], typer.Option("--run", help="RUN (default: the hero lineage, or the only run stored).", autocompletion=complete.runs)] = None,
     width: Annotated[Optional[int], typer.Option("--width", help="Columns (default: the terminal's, else 100).")] = None,
     height: Annotated[Optional[int], typer.Option("--height", help="Rows (default: 24).")] = None,
     log_y: Annotated[bool, typer.Option("--log-y", help="Logarithmic y axis.")] = False,

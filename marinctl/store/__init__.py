@@ -16,11 +16,11 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from marinctl.errors import RuntimeFailure
+from marinctl.errors import StoreLocked
 from marinctl.store import schema
 from marinctl.store.engine import duckdb
 
-__all__ = ["Connection", "Store", "open_store", "first"]
+__all__ = ["Connection", "Store", "open_store", "first", "glance"]
 
 # What store functions take and return; other layers name it in type hints without importing duckdb.
 Connection = duckdb.DuckDBPyConnection
@@ -71,7 +71,7 @@ class Store:
                     raise
                 last = exc
             if time.monotonic() >= deadline:
-                raise RuntimeFailure(
+                raise StoreLocked(
                     f"the store {self.path} is locked by another marinctl process ({_holder(last)})",
                     "wait for it to finish, or stop the `marinctl watch`/`sync` that holds it",
                 )
@@ -189,6 +189,29 @@ def _holder(exc: Exception) -> str:
     if "PID" in msg:
         return "PID" + msg.split("PID", 1)[1].split(")")[0]
     return "file lock held"
+
+
+@contextmanager
+def glance(path: Path | str) -> Iterator[duckdb.DuckDBPyConnection | None]:
+    """A read-only connection for a look that must never wait or write (shell completion), or
+    None: no file yet, another process holding it read-write (a sync), or a schema older than
+    this code (a migration is a write, left to the next command)."""
+    if not Path(path).is_file():
+        yield None
+        return
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        yield None
+        return
+    try:
+        try:    # the migrations table read directly: information_schema's views cost more than the look
+            version = con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchall()[0][0]
+        except duckdb.Error:
+            version = 0
+        yield con if version >= schema.latest_version() else None
+    finally:
+        con.close()
 
 
 def open_store(path: Path | str | None = None) -> Store:

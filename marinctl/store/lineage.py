@@ -12,13 +12,14 @@ the child for [c, ..). `show` reports exactly those ranges.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from marinctl.errors import UserError
+from marinctl.errors import UnknownRun, UserError
 from marinctl.store import Connection
 from marinctl.store import runs as runs_mod
-from marinctl.store import metrics
-from marinctl.store.metrics import Segment
+
+if TYPE_CHECKING:   # naming a RUN and walking its forks need no history reads (numpy, parts): a TAB answers fast
+    from marinctl.store.metrics import Segment
 
 HERO_GROUP = "moe-hero-ep"
 
@@ -57,7 +58,18 @@ class Target:
 
 
 def chain(con: Connection, run: dict[str, Any]) -> list[dict[str, Any]]:
-    """The fork chain ending at `run`, root first (stops at parents not in the store)."""
+    """The fork chain ending at `run`, root first (stops at parents not in the store), each
+    child with its `first_step` (its first own row: where its segment starts)."""
+    from marinctl.store import metrics
+
+    out = ancestry(con, run)
+    for child in out[1:]:
+        child["first_step"] = metrics.step_range(con, [(child["run_pk"], None, None)])[0]
+    return out
+
+
+def ancestry(con: Connection, run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs of the fork chain ending at `run`, root first, without their step ranges."""
     out = [run]
     seen = {run["uid"]}
     cur = run
@@ -78,8 +90,6 @@ def chain(con: Connection, run: dict[str, Any]) -> list[dict[str, Any]]:
         out.append(parent)
         cur = parent
     out.reverse()
-    for child in out[1:]:
-        child["first_step"] = metrics.step_range(con, [(child["run_pk"], None, None)])[0]
     return out
 
 
@@ -115,28 +125,36 @@ def hero_leaf(con: Connection) -> dict[str, Any] | None:
 
 def resolve_target(con: Connection, ref: str | None, *, stitched: bool = False) -> Target:
     """RUN as the contract names it; None means the hero lineage, else the only run stored."""
+    lineage, run = named_run(con, ref)
+    if lineage is not None:
+        return stitched_target(lineage, run, con)
+    if stitched and ref is not None:
+        return stitched_target(run["run_id"], run, con)
+    return single(run)
+
+
+def named_run(con: Connection, ref: str | None) -> tuple[str | None, dict[str, Any]]:
+    """(`"hero"`, its leaf) when RUN names the hero lineage (`hero`, or None with a hero stored),
+    else (None, the run RUN names; None: the only run stored)."""
     if ref is None:
         leaf = hero_leaf(con)
-        if leaf is None:
-            all_runs = runs_mod.list_runs(con)
-            if len(all_runs) == 1:
-                return single(all_runs[0])
-            if not all_runs:
-                raise UserError("the store holds no runs yet", "mirror some with `marinctl sync` (or try `marinctl demo`)")
-            raise UserError(
-                f"the store holds {len(all_runs)} runs and no hero lineage; say which with --run",
-                "list them with `marinctl runs`",
-            )
-        return stitched_target("hero", leaf, con)
+        if leaf is not None:
+            return "hero", leaf
+        all_runs = runs_mod.list_runs(con)
+        if len(all_runs) == 1:
+            return None, all_runs[0]
+        if not all_runs:
+            raise UnknownRun("the store holds no runs yet", "mirror some with `marinctl sync` (or try `marinctl demo`)")
+        raise UserError(
+            f"the store holds {len(all_runs)} runs and no hero lineage; say which with --run",
+            "list them with `marinctl runs`",
+        )
     if ref == "hero":
         leaf = hero_leaf(con)
         if leaf is None:
-            raise UserError("no hero run in the store", "mirror it with `marinctl sync marin`")
-        return stitched_target("hero", leaf, con)
-    run = runs_mod.resolve_run(con, ref)
-    if stitched:
-        return stitched_target(run["run_id"], run, con)
-    return single(run)
+            raise UnknownRun("no hero run in the store", "mirror it with `marinctl sync marin`")
+        return "hero", leaf
+    return None, runs_mod.resolve_run(con, ref)
 
 
 def single(run: dict[str, Any]) -> Target:

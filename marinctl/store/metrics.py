@@ -310,6 +310,16 @@ def unknown_keys(con: duckdb.DuckDBPyConnection, keys: Sequence[str]) -> list[st
     return [k for k in keys if k not in known]
 
 
+def require_keys(con: duckdb.DuckDBPyConnection, keys: Sequence[str]) -> None:
+    """UnknownMetric naming every key of `keys` no run ever logged (`export --keys`, the API's history)."""
+    missing = unknown_keys(con, keys)
+    if missing:
+        from marinctl.errors import UnknownMetric
+
+        raise UnknownMetric(f"unknown metric key(s): {', '.join(missing)}",
+                            "list keys with `marinctl sql \"SELECT key FROM metric_keys\"`")
+
+
 def export_batches(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment], keys: Sequence[str] | None,
                    rows_per_batch: int = 100_000):
     """Every long row (step, key, value) of the segments sorted by step then key (the export

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from marinctl.domain import RunInfo
-from marinctl.errors import UserError
+from marinctl.errors import AmbiguousRun, UnknownRun
 from marinctl.store import Connection, first
 
 RUN_COLUMNS = (
@@ -176,6 +176,11 @@ def list_runs(con: Connection) -> list[dict[str, Any]]:
     return [row_to_dict(r, cur.description) for r in cur.fetchall()]
 
 
+def run_ids(con: Connection) -> list[str]:
+    """Every stored run's id (the name RUN takes), sorted, once each."""
+    return [r[0] for r in con.execute("SELECT DISTINCT run_id FROM runs ORDER BY run_id").fetchall()]
+
+
 def get_run(con: Connection, run_pk: int) -> dict[str, Any]:
     cur = con.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_pk = ?", [run_pk])
     return row_to_dict(cur.fetchall()[0], cur.description)
@@ -206,7 +211,7 @@ def resolve_run(con: Connection, ref: str) -> dict[str, Any]:
         found = find_rung_runs(con, ref)
         if found:
             return found[-1]
-        raise UserError(
+        raise UnknownRun(
             f"no synced run for {ref} ({RUNG_NAMES[ref]})",
             "sync the ladder with `marinctl sync marin`, or list what is stored with `marinctl runs`",
         )
@@ -220,12 +225,12 @@ def resolve_run(con: Connection, ref: str) -> dict[str, Any]:
     if entity:
         rows = [r for r in rows if r["entity"] == entity and r["project"] == project] or rows
     if not rows:
-        raise UserError(f"unknown run {ref!r}: it is not in the store", "list stored runs with `marinctl runs`")
+        raise UnknownRun(f"unknown run {ref!r}: it is not in the store", "list stored runs with `marinctl runs`")
     exact = [r for r in rows if r["uid"] == ref or r["run_id"] == run_id]
     pick = exact or rows
     ids = {r["uid"] for r in pick}
     if len(ids) > 1 and not any(r["uid"] == ref for r in pick):
-        raise UserError(
+        raise AmbiguousRun(
             f"run {ref!r} is ambiguous: {', '.join(sorted(ids))}",
             "name it as ENTITY/PROJECT/RUN_ID (see `marinctl runs`)",
         )

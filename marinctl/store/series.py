@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from marinctl.store import keys as key_names
 from marinctl.store import metrics as M
 from marinctl.store import scan
 from marinctl.store.engine import duckdb
@@ -29,20 +30,8 @@ def _ids(ids) -> str:
 
 
 def keys_with_data(con: duckdb.DuckDBPyConnection, run_pks: Sequence[int], keys: Sequence[str]) -> set[str]:
-    """Those of `keys` that these runs logged at least once (parts' key lists, then a LIMIT 1 probe per key)."""
-    ids = M.key_ids(con, keys)
-    if not ids or not run_pks:
-        return set()
-    in_parts = {r[0] for r in con.execute(
-        f"SELECT DISTINCT key_id FROM part_keys WHERE key_id IN ({_ids(ids.values())}) AND part_id IN"
-        f" (SELECT part_id FROM history_parts WHERE run_pk IN ({_ids(run_pks)}))").fetchall()}
-    present = set()
-    for key, kid in ids.items():
-        if kid in in_parts or con.execute(
-                f"SELECT 1 FROM metrics WHERE key_id = ? AND run_pk IN ({_marks(run_pks)}) LIMIT 1",
-                [kid, *run_pks]).fetchall():
-            present.add(key)
-    return present
+    """Those of `keys` that these runs logged at least once (store/keys.py)."""
+    return key_names.logged(con, run_pks, keys)
 
 
 def key_step_range(con: duckdb.DuckDBPyConnection, segments: Sequence[Segment],

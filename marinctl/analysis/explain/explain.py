@@ -24,7 +24,7 @@ from marinctl.analysis.detect import detectors as D
 from marinctl.analysis.detect import ranking
 from marinctl.analysis.explain import roles as roles_mod
 from marinctl.analysis.explain.explanations import ROLE_NOTES, explanation
-from marinctl.errors import UserError
+from marinctl.errors import UnknownMetric, UnknownStep, UserError
 from marinctl.store import Connection
 from marinctl.store import anomalies as anomalies_store
 from marinctl.store import metrics as M
@@ -135,10 +135,10 @@ def explain(con: Connection, target: Target, step: int, metric: str | None = Non
     if lo is None:
         raise UserError(f"{target.name} has no history stored yet", "mirror it with `marinctl sync` first")
     if step < lo or step > hi:
-        raise UserError(f"step {step} is outside {target.name}'s history ({lo:,}–{hi:,})",
-                        f"try `marinctl explain step {min(max(step, lo), hi)}`")
+        raise UnknownStep(f"step {step} is outside {target.name}'s history ({lo:,}–{hi:,})",
+                          f"try `marinctl explain step {min(max(step, lo), hi)}`")
     if metric is not None and M.key_id(con, metric) is None:
-        raise UserError(f"no metric {metric!r} in the store", "list keys with `marinctl sql \"SELECT key FROM metric_keys\"`")
+        raise UnknownMetric(f"no metric {metric!r} in the store", "list keys with `marinctl sql \"SELECT key FROM metric_keys\"`")
     run = target.run_at(step)
     recipe = roles_mod.recipe_roles(run)
     reading, fr = _reading(con, target, run)

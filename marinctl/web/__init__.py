@@ -1,0 +1,1 @@
+"""Package marker: `marinctl serve`, the watch app in a browser (textual-serve, the `[web]` extra)."""
