@@ -444,4 +444,23 @@ def scan(con: Connection, fr: RunFrame, emit_lo: int, emit_hi: int | None = None
     if trends_out is not None:
         trends_out.extend(growth)
     kept = hand_over(found + growth)
-    return [a for a in kept if a.kind != "logit_growth" or episodes.in_range(a, emit_lo, emit_hi, overlap)]
+    kept = [a for a in kept if a.kind != "logit_growth" or episodes.in_range(a, emit_lo, emit_hi, overlap)]
+    return stamp_intervals(kept, cols)
+
+
+def stamp_intervals(found: list[Anomaly], cols: dict[str, Series]) -> list[Anomaly]:
+    """Each detection's logging interval (`details["interval"]`): its key's usual distance between
+    logged rows (a watch leaf: the total norm's; else the loss's). Incidents group by it (incidents.py)."""
+    usual: dict[str, int] = {}
+
+    def of(key: str) -> int:
+        if key not in usual:
+            steps = cols.get(key, (None,))[0]
+            usual[key] = episodes.interval_of(steps) if steps is not None else of(LOSS) if key != LOSS else 1
+        return usual[key]
+
+    for a in found:
+        if "interval" not in a.details:
+            key = a.metric if a.metric in cols else PNORM if a.metric.startswith("params/norm/") and PNORM in cols else LOSS
+            a.details["interval"] = of(key)
+    return found

@@ -32,8 +32,6 @@ from marinctl.store.lineage import Target
 __all__ = ["ROLE_NOTES", "anomalies", "explain", "wandb_url"]
 
 NEAR = 30            # steps either side of N searched for findings (at least 3 logged rows)
-_CONFIDENCE = {"nonfinite": 0.99, "overflow": 0.9, "fork": 0.95, "rewind": 0.9, "step_gap": 0.9, "resume": 0.85,
-               "throughput_collapse": 0.8, "hyperball_drift": 0.8, "grad_spike": 0.5, "sustained_rise": 0.6}
 
 
 def wandb_url(run: dict[str, Any]) -> str | None:
@@ -45,14 +43,7 @@ def wandb_url(run: dict[str, Any]) -> str | None:
 
 
 def _confidence(a: dict[str, Any]) -> float:
-    d = a["details"]
-    if "confidence" in d:
-        return float(d["confidence"])
-    if a["kind"] == "co_spike":
-        return 0.8 if d.get("precursor_steps") else 0.55
-    if a["kind"] == "spike":
-        return 0.65
-    return _CONFIDENCE.get(a["kind"], 0.6)
+    return ranking.confidence(a["kind"], a["details"])
 
 
 def _finding(con, target: Target, a: dict[str, Any], recipe) -> dict[str, Any]:
@@ -185,7 +176,24 @@ def explain(con: Connection, target: Target, step: int, metric: str | None = Non
     return doc
 
 
-def anomalies(con: Connection, target: Target) -> list[dict[str, Any]]:
-    """The contract's `anomalies --json` rows for a target (stored detections)."""
-    return [{"run": a["run"], "step": a["step"], "metric": a["metric"], "kind": a["kind"], "score": a["score"],
-             "cause_class": a["cause_class"], "details": a["details"]} for a in anomalies_store.stored(con, target)]
+def anomalies(con: Connection, target: Target, detail: bool = False) -> list[dict[str, Any]]:
+    """The contract's `anomalies --json` rows for a target: one per incident (incidents.py; `step`
+    its peak), or with `detail` one per stored detection. Each row also carries `severity`,
+    `detections` (how many) and `steps` (the detected steps) for the table."""
+    from marinctl.analysis.detect import incidents as inc
+
+    stored = anomalies_store.stored(con, target)
+    if detail:
+        out = []
+        for a in stored:
+            lo, hi = inc.span(inc.as_anomaly(a))
+            out.append({"run": a["run"], "step": a["step"], "start": lo, "end": hi, "metric": a["metric"],
+                        "kind": a["kind"], "score": a["score"], "cause_class": a["cause_class"],
+                        "severity": inc.severity(a["kind"], a["cause_class"], ranking.confidence(a["kind"], a["details"])),
+                        "detections": 1, "steps": [a["step"]], "details": a["details"]})
+        return out
+    names = {r["run_pk"]: r["run_id"] for r in target.runs}
+    rows = [{"run": names.get(i.run_pk, str(i.run_pk)), "step": i.step, "start": i.start, "end": i.end, "metric": i.metric,
+             "kind": i.kind, "score": i.score, "cause_class": i.cause_class, "severity": i.severity,
+             "detections": i.detections, "steps": list(i.steps)} for i in inc.incidents([inc.as_anomaly(a) for a in stored])]
+    return sorted(rows, key=lambda r: (r["start"], r["step"], r["metric"]))
