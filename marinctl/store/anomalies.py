@@ -47,6 +47,15 @@ def insert(con: Connection, found: Sequence[Anomaly]) -> None:
         con.executemany(_INSERT, [_row(a) for a in found])
 
 
+def restore(con: Connection, found: Sequence[Anomaly]) -> None:
+    """Store each detection in place of the one a run holds at the same step, metric and kind
+    (a window finding that grew since an earlier pass stored it)."""
+    for a in found:
+        con.execute("DELETE FROM anomalies WHERE run_pk = ? AND step = ? AND metric = ? AND kind = ?",
+                    [a.run_pk, a.step, a.metric, a.kind])
+    insert(con, found)
+
+
 def clear(con: Connection, run_pk: int, from_step: int | None = None, keep_kinds: Sequence[str] = ()) -> None:
     """Delete a run's detections (from `from_step` on when given), keeping `keep_kinds`."""
     extra, params = _not_kinds(keep_kinds)
@@ -69,12 +78,16 @@ def replace_from(con: Connection, run_pk: int, from_step: int, found: Sequence[A
 
 # --- reading ---------------------------------------------------------------------------------
 
-def stored(con: Connection, target, lo: int | None = None, hi: int | None = None) -> list[dict[str, Any]]:
-    """Stored anomalies of a lineage target (each run's within its segment), by step."""
+def stored(con: Connection, target, lo: int | None = None, hi: int | None = None,
+           kinds: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Stored anomalies of a lineage target (each run's within its segment), by step; only `kinds` when given."""
     out = []
     for run, (pk, slo, shi) in zip(target.runs, target.segments):
         sql = "SELECT step, metric, kind, score, cause_class, details FROM anomalies WHERE run_pk = ?"
         params: list[Any] = [pk]
+        if kinds:
+            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+            params += list(kinds)
         for cond, val in (("step >= ?", slo), ("step < ?", shi), ("step >= ?", lo), ("step <= ?", hi)):
             if val is not None:
                 sql += f" AND {cond}"

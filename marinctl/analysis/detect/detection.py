@@ -7,8 +7,12 @@ match, history was rewritten (a W&B rewind) and the pass reports a `rewind` at t
 differing step and re-scores from there. A logit-growth episode still under way that began
 before the steps re-scored pulls the start back to its onset (at most LOOKBACK steps), so
 the lm_head drift it explains is replaced by it even when an earlier pass stored that drift
-before the trend was clear. A run scored by other detectors (DETECTORS, stamped in the pass's
-memory) is scored afresh, whole: what an older release stored is what it wrongly found too.
+before the trend was clear. A window finding that began before the steps re-scored and still
+reaches into them (a throughput collapse, an Adam-group drift, a resume mismatch) is stored
+again, longer, in place of the one an earlier pass stored (`updated`); a collapse still under
+way at the last step is carried to the next pass with its frozen baseline (memory `open`). A
+run scored by other detectors (DETECTORS, stamped in the pass's memory) is scored afresh,
+whole: what an older release stored is what it wrongly found too.
 
 Nothing here writes: a pass returns a `Detection`, and the sync pipeline stores it
 (sync/derive.py) — anomalies and the new position in one transaction.
@@ -28,7 +32,9 @@ REVISIT = 100               # steps re-scored at each incremental pass (episodes
 FINGERPRINT_EVERY = 500     # steps between stored _timestamp fingerprints (rewind detection)
 # Bump when what the detectors (or the parameter roles they read) find changes. 2: RMSNorm gains
 # (`rms_attn.weight`) and embed_gated_norm's matrices get their own update rule (analysis/explain/roles.py).
-DETECTORS = 2
+# 3: Marin's runbook incidents (throughput windows, Adam-group drift, resume mismatch, classed
+# excursions) and each detection's logging interval (incidents.py groups by it).
+DETECTORS = 3
 
 
 @dataclass
@@ -47,6 +53,7 @@ class Detection:
     rewound_at: int | None = None
     rewind: Anomaly | None = None
     full: bool = False                   # a full pass: every earlier detection (but rewinds) is void
+    updated: list[Anomaly] = field(default_factory=list)   # window findings begun before replace_from, stored again
     position: int | None = None          # last step scored; None: nothing to remember
     memory: dict[str, Any] = field(default_factory=dict)
 
@@ -78,14 +85,18 @@ def incremental(con: Connection, run_pk: int) -> Detection:
     if leaves and (not refs or len(leaves) != extra.get("ref_leaves")):   # new leaves in the store since
         refs = D.hyperball_refs(con, fr, leaves)
     trends: list = []
-    out.found = D.scan(con, fr, emit_lo, None, refs=refs, trends_out=trends)
+    carry = {} if out.rewound_at is not None else (extra.get("open") or {})
+    carried: dict[str, Any] = {}
+    out.found = D.scan(con, fr, emit_lo, None, refs=refs, trends_out=trends, carry=carry, carry_out=carried,
+                       extended_out=out.updated)
     onset = min((a.details["start"] for a in trends if a.details["end"] >= emit_lo), default=None)
     if onset is not None and onset < emit_lo:
         emit_lo = max(onset, fr.own_lo, emit_lo - D.LOOKBACK)
-        out.found = D.scan(con, fr, emit_lo, None, refs=refs)
+        carried, out.updated = {}, []
+        out.found = D.scan(con, fr, emit_lo, None, refs=refs, carry=carry, carry_out=carried, extended_out=out.updated)
     out.replace_from = emit_lo
     kept = [] if out.rewound_at is not None else [f for f in extra.get("fingerprints") or [] if int(f[0]) % FINGERPRINT_EVERY == 0]
-    out.position, out.memory = last, _memory(con, fr, last, refs, len(leaves), kept)
+    out.position, out.memory = last, _memory(con, fr, last, refs, len(leaves), kept, carried)
     return out
 
 
@@ -94,10 +105,12 @@ def full(con: Connection, run_pk: int) -> Detection:
     fr = D.frame(con, run_pk)
     leaves = D.hyperball_leaves(con, fr)
     refs = D.hyperball_refs(con, fr, leaves) if leaves else {}
-    out = Detection(run_pk, fr.run["uid"], D.scan(con, fr, fr.own_lo, None, refs=refs), fr.own_lo, full=True)
+    carried: dict[str, Any] = {}
+    out = Detection(run_pk, fr.run["uid"], D.scan(con, fr, fr.own_lo, None, refs=refs, carry_out=carried), fr.own_lo,
+                    full=True)
     last = metrics.step_range(con, [(run_pk, None, None)])[1]
     if last is not None:
-        out.position, out.memory = last, _memory(con, fr, last, refs, len(leaves))
+        out.position, out.memory = last, _memory(con, fr, last, refs, len(leaves), open_=carried)
     return out
 
 
@@ -108,14 +121,15 @@ def saved_refs(con: Connection, uid: str) -> dict[str, tuple[int, float]] | None
 
 
 def _memory(con: Connection, fr: D.RunFrame, last: int, refs: dict, leaves: int,
-            kept: list[list[float]] | None = None) -> dict[str, Any]:
+            kept: list[list[float]] | None = None, open_: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the next pass needs: `_timestamp` fingerprints (those still valid, plus new ones past
-    them), the hyperball references and how many leaves they were read for, and which detectors."""
+    them), the hyperball references and how many leaves they were read for, the windows still
+    under way, and which detectors."""
     kept = kept or []
     since = int(kept[-1][0]) + 1 if kept else 0
     fingerprints = kept + [[s, v] for s, v in history.sampled(con, fr.run_pk, D.TIMESTAMP, last, FINGERPRINT_EVERY, since)]
     return {"fingerprints": fingerprints, "refs": {k: list(v) for k, v in refs.items()}, "ref_leaves": leaves,
-            "detectors": DETECTORS}
+            "open": open_ or {}, "detectors": DETECTORS}
 
 
 def _rewound_at(con: Connection, fr: D.RunFrame, fps: list[list[float]]) -> int | None:

@@ -32,6 +32,7 @@ from marinctl.store.lineage import Target
 __all__ = ["ROLE_NOTES", "anomalies", "explain", "wandb_url"]
 
 NEAR = 30            # steps either side of N searched for findings (at least 3 logged rows)
+WINDOW_KINDS = ("throughput_collapse", "adam_drift", "logit_growth", "sustained_rise", "resume_mismatch")
 
 
 def wandb_url(run: dict[str, Any]) -> str | None:
@@ -119,6 +120,12 @@ def _interval(con: Connection, target: Target, step: int) -> int:
     return max(int(np.median(np.diff(steps))), 1) if len(steps) > 2 else 1
 
 
+def _key(metric: str, kind: str, step: int) -> tuple:
+    """What makes a detection found here the same as one stored: a window's kind and first step
+    (its metric names the leaf that led it, which depends on how much was read)."""
+    return (kind, step) if kind in WINDOW_KINDS else (metric, kind, step)
+
+
 def explain(con: Connection, target: Target, step: int, metric: str | None = None) -> dict[str, Any]:
     """The contract's `explain step N --json` document for `target` at `step`."""
     lo, hi = _bounds(con, target)
@@ -139,13 +146,21 @@ def explain(con: Connection, target: Target, step: int, metric: str | None = Non
     local = D.scan(con, fr, max(step - near, 0), step + near + 1, overlap=True, owner=owner_pk, refs=refs)
     found: dict[tuple, dict[str, Any]] = {}
     for a in local:
-        found[(a.metric, a.kind, a.step)] = {"run_pk": a.run_pk, "step": a.step, "metric": a.metric, "kind": a.kind,
-                                             "score": a.score, "cause_class": a.cause_class, "details": a.details}
-    for a in anomalies_store.stored(con, reading, step - 2000, step + near):
+        found[_key(a.metric, a.kind, a.step)] = {"run_pk": a.run_pk, "step": a.step, "metric": a.metric, "kind": a.kind,
+                                                 "score": a.score, "cause_class": a.cause_class, "details": a.details}
+    nearby = anomalies_store.stored(con, reading, step - 2000, step + near)
+    # a window stored by sync covers N however long ago it began (a collapse, a drift: one finding)
+    windows = anomalies_store.stored(con, reading, None, step - 2000, kinds=WINDOW_KINDS)
+    for a in nearby + windows:
         d = a["details"]
         end = d.get("end", a["step"])
-        if a["step"] >= step - near or (d.get("start") is not None and end >= step - near):
-            found.setdefault((a["metric"], a["kind"], a["step"]), a)
+        if not (a["step"] >= step - near or (d.get("start") is not None and end >= step - near)):
+            continue
+        key = _key(a["metric"], a["kind"], a["step"])
+        have = found.get(key)
+        # the same window found here and stored: the longer reading of it (here it ends where the read ended)
+        if have is None or (isinstance(end, int) and end > have["details"].get("end", have["step"])):
+            found[key] = a
     # lineage points the stitched view knows about (forks of earlier runs in the chain)
     for p in ctx_mod.lineage_points(reading, step, near):
         found.setdefault(("_lineage", "fork", p["step"]), {
