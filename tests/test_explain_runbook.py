@@ -246,3 +246,47 @@ def test_a_sweep_of_spike_sizes_shows_where_detection_begins(cli, world):
         begins[run.run_id] = sizes[0]
     assert begins["synthetic-spike-sizes-n1"] in (1.1, 1.15, 1.2), begins
     assert begins["synthetic-spike-sizes-n2"] >= begins["synthetic-spike-sizes-n1"], begins
+
+
+# --- windows across syncs: one finding, however many passes see it ------------------------------------------------
+
+def _sync_in_stages(tmp_path, run, stages: list[int]) -> tuple[Path, dict]:
+    """Serve `run` as it grows — cut at each of `stages` in turn, then whole — syncing after each:
+    every sync after the first is an incremental detection pass."""
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "GITHUB_", "GH_"))}
+    env.update(NETRC=str(tmp_path / "netrc-none"), WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"), PYTHONPATH=str(ROOT))
+    whole = dict(run.series)
+    run.state = "running"
+    with WandbServer([run], verbose=False) as server:
+        for cut in [*stages, None]:
+            run.series = dict(whole)
+            if cut is not None:
+                run.truncate(cut)
+            else:
+                run.state = "finished"
+                run._touch()
+            _marinctl(home, "sync", f"{I.ENTITY}/{I.PROJECT}", "--json", env={**env, "WANDB_BASE_URL": server.url})
+    return home, env
+
+
+def test_a_long_collapse_synced_in_passes_is_one_window_found_from_deep_inside(tmp_path, cli):
+    run = I.base_run("synthetic-long-collapse", "long-collapse", steps=6000)
+    R.slow_window(run, 1500, 5000, 0.75)
+    home, _ = _sync_in_stages(tmp_path, run, [2600, 3900])
+    code, out, err = cli("--home", str(home), "anomalies", "--run", run.run_id, "--json")
+    rows = json.loads(out)
+    assert [(r["kind"], r["start"]) for r in rows] == [("throughput_collapse", 1500)], rows
+    assert 4990 <= rows[0]["end"] <= 5005, rows
+    code, out, err = cli("--home", str(home), "explain", "step", "4200", "--run", run.run_id, "--json")
+    top = json.loads(out)["findings"][0]
+    assert (top["kind"], top["step"], top["evidence"]["ongoing"]) == ("throughput_collapse", 1500, False), top
+
+
+def test_a_drift_synced_in_passes_is_one_finding(tmp_path, cli):
+    inc = R.gate_drift("synthetic-gate-drift-passes")
+    home, _ = _sync_in_stages(tmp_path, inc.run, [2100, 2600])
+    code, out, err = cli("--home", str(home), "anomalies", "--run", inc.run_id, "--json", "--detail")
+    rows = json.loads(out)
+    assert [(r["kind"], r["cause_class"]) for r in rows] == [("adam_drift", "optimizer")], rows
+    assert abs(rows[0]["start"] - 1500) <= 200 and rows[0]["end"] >= 2900, rows

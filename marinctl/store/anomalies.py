@@ -99,6 +99,18 @@ def stored(con: Connection, target, lo: int | None = None, hi: int | None = None
     return sorted(out, key=lambda a: (a["step"], a["metric"], a["kind"]))
 
 
+def of_run(con: Connection, run_pk: int, kinds: Sequence[str], below: int) -> list[Anomaly]:
+    """A run's stored detections of `kinds` at steps below `below`, as Anomalies."""
+    if not kinds:
+        return []
+    rows = con.execute(f"SELECT step, metric, kind, score, cause_class, details FROM anomalies WHERE run_pk = ?"
+                       f" AND step < ? AND kind IN ({','.join('?' * len(kinds))}) ORDER BY step",
+                       [run_pk, below, *kinds]).fetchall()
+    return [Anomaly(run_pk, int(step), metric, kind, score if score is not None else float("nan"), cause,
+                    json.loads(details) if isinstance(details, str) else (details or {}))
+            for step, metric, kind, score, cause, details in rows]
+
+
 def in_range(con: Connection, run_pks: Sequence[int], lo: int, hi: int) -> list[tuple[int, str, str, float | None]]:
     """(step, metric, kind, score) of the runs' detections at steps lo..hi, by step (chart markers)."""
     if not run_pks:

@@ -26,7 +26,7 @@ from typing import Any
 
 from marinctl.analysis.detect import detectors as D
 from marinctl.domain import Anomaly
-from marinctl.store import Connection, history, metrics, state
+from marinctl.store import Connection, anomalies, history, metrics, state
 
 REVISIT = 100               # steps re-scored at each incremental pass (episodes straddling the watermark)
 FINGERPRINT_EVERY = 500     # steps between stored _timestamp fingerprints (rewind detection)
@@ -95,6 +95,8 @@ def incremental(con: Connection, run_pk: int) -> Detection:
         carried, out.updated = {}, []
         out.found = D.scan(con, fr, emit_lo, None, refs=refs, carry=carry, carry_out=carried, extended_out=out.updated)
     out.replace_from = emit_lo
+    if out.rewound_at is None:
+        out.found, out.updated = _continued(con, run_pk, emit_lo, out.found, out.updated)
     kept = [] if out.rewound_at is not None else [f for f in extra.get("fingerprints") or [] if int(f[0]) % FINGERPRINT_EVERY == 0]
     out.position, out.memory = last, _memory(con, fr, last, refs, len(leaves), kept, carried)
     return out
@@ -112,6 +114,32 @@ def full(con: Connection, run_pk: int) -> Detection:
     if last is not None:
         out.position, out.memory = last, _memory(con, fr, last, refs, len(leaves), open_=carried)
     return out
+
+
+def _continued(con: Connection, run_pk: int, emit_lo: int, found: list[Anomaly],
+               updated: list[Anomaly]) -> tuple[list[Anomaly], list[Anomaly]]:
+    """Window findings of this pass that continue one stored before `emit_lo` (same kind and cause,
+    overlapping windows) take its step and metric — the window's identity — and its start when
+    earlier, and replace it (`updated`): a pass that reads less of the past re-finds a long window
+    later than where it began, and a window is one finding however many passes see it."""
+    stored = anomalies.of_run(con, run_pk, D.WINDOW_KINDS, emit_lo)
+    if not stored:
+        return found, updated
+    keep, again = [], []
+    was_updated = {id(a) for a in updated}
+    for a in found + updated:
+        old = None
+        if a.kind in D.WINDOW_KINDS and "start" in a.details:
+            old = next((o for o in stored if o.kind == a.kind and o.cause_class == a.cause_class
+                        and o.details.get("start", o.step) <= a.details["end"]
+                        and a.details["start"] <= o.details.get("end", o.step)), None)
+        if old is None:
+            (again if id(a) in was_updated else keep).append(a)
+            continue
+        a.step, a.metric = old.step, old.metric
+        a.details["start"] = min(a.details["start"], old.details.get("start", old.step))
+        again.append(a)
+    return keep, again
 
 
 def saved_refs(con: Connection, uid: str) -> dict[str, tuple[int, float]] | None:

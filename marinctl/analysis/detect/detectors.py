@@ -100,6 +100,10 @@ _SPIKE_KEYS = (
     (OVERFLOW, "raw", 1, SPIKE_Z, 1e-4, "overflow_rise", "moe_routing", True),
 )
 
+# findings over a window (`start`–`end`), one per window: a later pass lengthens them, explain finds
+# them from any step inside
+WINDOW_KINDS = ("throughput_collapse", "adam_drift", "logit_growth", "sustained_rise", "resume_mismatch")
+
 Owner = Callable[[int], int]   # step -> run_pk the finding belongs to (a stitched lineage has several)
 Series = tuple[np.ndarray, np.ndarray]
 

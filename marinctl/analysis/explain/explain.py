@@ -32,7 +32,7 @@ from marinctl.store.lineage import Target
 __all__ = ["ROLE_NOTES", "anomalies", "explain", "wandb_url"]
 
 NEAR = 30            # steps either side of N searched for findings (at least 3 logged rows)
-WINDOW_KINDS = ("throughput_collapse", "adam_drift", "logit_growth", "sustained_rise", "resume_mismatch")
+WINDOW_KINDS = D.WINDOW_KINDS
 
 
 def wandb_url(run: dict[str, Any]) -> str | None:
