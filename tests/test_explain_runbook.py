@@ -290,3 +290,29 @@ def test_a_drift_synced_in_passes_is_one_finding(tmp_path, cli):
     rows = json.loads(out)
     assert [(r["kind"], r["cause_class"]) for r in rows] == [("adam_drift", "optimizer")], rows
     assert abs(rows[0]["start"] - 1500) <= 200 and rows[0]["end"] >= 2900, rows
+
+
+@pytest.mark.parametrize("name,at", [("gate-drift", 2250), ("throughput-collapse", 1750), ("loss-excursion", 1505),
+                                     ("router-collapse", 1540), ("resume-mismatch", 1350)])
+def test_explain_reads_what_sync_detected_as_the_detectors_would_find_it(cli, world, tmp_path, name, at):
+    """explain reads sync's stored findings where detection has settled (the hero-scale latency);
+    with the detection state gone it re-runs the detectors around N: the same findings either way."""
+    import shutil
+
+    from marinctl.store import Store, state
+
+    run = world.incidents[name].run_id
+    settled = explain(cli, world, run, at)
+    home = tmp_path / "home-copy"
+    shutil.copytree(world.home, home)
+    store = Store(home / "marinctl.duckdb")
+    with store.transaction() as con:
+        uid = con.execute("SELECT uid FROM runs WHERE run_id = ?", [run]).fetchall()[0][0]
+        state.forget_detection(con, uid)
+    code, out, err = cli("--home", str(home), "explain", "step", str(at), "--run", run, "--json")
+    assert code == 0, err
+    again = json.loads(out)
+    assert settled["findings"], name
+    assert [(f["step"], f["kind"], f["cause_class"], f["confidence"]) for f in again["findings"]] == \
+        [(f["step"], f["kind"], f["cause_class"], f["confidence"]) for f in settled["findings"]]
+    assert again["summary"] == settled["summary"]

@@ -142,6 +142,14 @@ def _continued(con: Connection, run_pk: int, emit_lo: int, found: list[Anomaly],
     return keep, again
 
 
+def settled(con: Connection, uid: str, hi: int) -> bool:
+    """Whether the last pass over a run scored every step up to `hi` for good: by these detectors,
+    and far enough past `hi` that no later pass re-scores it (REVISIT). What is stored there is
+    then what the detectors would find again (explain reads it instead of re-running them)."""
+    position, extra = state.detection(con, uid)
+    return position is not None and extra.get("detectors") == DETECTORS and hi + REVISIT <= position
+
+
 def saved_refs(con: Connection, uid: str) -> dict[str, tuple[int, float]] | None:
     """The hyperball references the last pass used (explain reuses them), or None."""
     saved = (state.detection(con, uid)[1] or {}).get("refs") or {}

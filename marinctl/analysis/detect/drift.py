@@ -60,6 +60,22 @@ def adam_leaves(keys: Sequence[str], recipe: roles_mod.RecipeRoles) -> list[str]
             and recipe.role(roles_mod.leaf_path(k)).role == roles_mod.ADAM]
 
 
+def block_medians(sig: trends.Signal, block: int) -> dict[int, float]:
+    """{block index: median log value} for blocks with at least BLOCK_ROWS rows (trends.block_medians,
+    whose sort a watch series every few steps does not need: equal blocks are a reshape)."""
+    ids = sig.steps // block
+    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+    counts = np.diff(np.r_[starts, len(ids)])
+    inner = counts[1:-1]
+    if len(starts) < 3 or np.any(np.diff(ids[starts]) <= 0) or not np.all(inner == inner[0]):
+        return trends.block_medians(sig, block)
+    n = int(inner[0])
+    out = {int(ids[starts[0]]): float(np.median(sig.y[:starts[1]])), int(ids[starts[-1]]): float(np.median(sig.y[starts[-1]:]))}
+    mid = np.median(sig.y[starts[1]:starts[-1]].reshape(-1, n), axis=1)
+    out.update(zip(ids[starts[1:-1]].tolist(), mid.tolist()))
+    return {b: m for (b, m), c in zip(sorted(out.items()), counts) if c >= BLOCK_ROWS}
+
+
 def block_of(steps: np.ndarray) -> int:
     rows = int(np.median(np.diff(steps))) if len(steps) > 1 else 1
     return max(BLOCK_STEPS, BLOCK_ROWS * max(rows, 1))
@@ -132,7 +148,7 @@ def adam_drift(cols: dict[str, Series], leaves: Sequence[str], recipe: roles_mod
         if sig is None:
             continue
         block = block_of(sig.steps)
-        meds = trends.block_medians(sig, block)
+        meds = block_medians(sig, block)
         for b0, b1 in _screen(meds, start_after, block):
             lo, hi = (b0 - WINDOW_BLOCKS) * block, min((b1 + 1) * block - 1, int(sig.steps[-1]))
             t = trends.trend(sig, lo, hi)

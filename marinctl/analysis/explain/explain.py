@@ -120,6 +120,16 @@ def _interval(con: Connection, target: Target, step: int) -> int:
     return max(int(np.median(np.diff(steps))), 1) if len(steps) > 2 else 1
 
 
+def _settled(con: Connection, reading: Target, run: dict[str, Any], step: int, near: int) -> bool:
+    """Whether sync's detection already scored the steps around N for good, within one run's own
+    segment: then its stored findings are what the detectors would find here, and are read instead
+    of found again (most of explain's time on a hero-scale run)."""
+    seg = next(((lo, hi) for r, (_, lo, hi) in zip(reading.runs, reading.segments) if r["run_pk"] == run["run_pk"]), None)
+    if seg is None or (seg[0] is not None and step - near < seg[0]) or (seg[1] is not None and step + near >= seg[1]):
+        return False
+    return detection.settled(con, run["uid"], step + near + D.LOOKAHEAD)
+
+
 def _key(metric: str, kind: str, step: int) -> tuple:
     """What makes a detection found here the same as one stored: a window's kind and first step
     (its metric names the leaf that led it, which depends on how much was read)."""
@@ -142,8 +152,9 @@ def explain(con: Connection, target: Target, step: int, metric: str | None = Non
     interval = _interval(con, reading, step)
     near = max(NEAR, 3 * interval)
     owner_pk = lambda s: reading.run_at(s)["run_pk"]  # noqa: E731
-    refs = detection.saved_refs(con, run["uid"])
-    local = D.scan(con, fr, max(step - near, 0), step + near + 1, overlap=True, owner=owner_pk, refs=refs)
+    local = [] if _settled(con, reading, run, step, near) else D.scan(
+        con, fr, max(step - near, 0), step + near + 1, overlap=True, owner=owner_pk,
+        refs=detection.saved_refs(con, run["uid"]))
     found: dict[tuple, dict[str, Any]] = {}
     for a in local:
         found[_key(a.metric, a.kind, a.step)] = {"run_pk": a.run_pk, "step": a.step, "metric": a.metric, "kind": a.kind,
