@@ -90,17 +90,14 @@ def begins(store: Store, seeds: int) -> None:
                     hits[sizes[k]] += 1
         print(f"  loss spike ×size, noise {noise:g}%: " + "  ".join(f"×{f:g} {hits[f] / seeds:.0%}" for f in sizes))
     cases = {
-        "throughput window, rate ×": ([0.9, 0.85, 0.82, 0.78, 0.75, 0.7],
-                                      lambda v, s, n: _noisy(R.throughput_window(f"synthetic-fp-tput-{v}-{s}-{n}", ratio=v), n),
-                                      "throughput_collapse"),
-        "gate drift, extra growth per 1k steps +": ([0.02, 0.05, 0.1, 0.2, 0.4],
-                                                    lambda v, s, n: _gate(f"synthetic-fp-gate-{v}-{s}-{n}", v, s, n), "adam_drift"),
-        "fork child, loss offset ×1+": ([0.005, 0.008, 0.01, 0.012, 0.015, 0.02, 0.03],
-                                         lambda v, s, n: _noisy(R.resume_offset(f"synthetic-fp-resume-{v}-{s}-{n}", rel=v), n),
-                                         "resume_mismatch"),
-        "replaying child, loss offset +": ([0.001, 0.0015, 0.002, 0.0025, 0.003, 0.005],
-                                           lambda v, s, n: R.resume_replay(f"synthetic-fp-replay-{v}-{s}-{n}", offset=v, seed=3000 + s),
-                                           "resume_mismatch"),
+        "throughput window, rate ×": ([0.9, 0.85, 0.82, 0.8, 0.78, 0.75, 0.7], lambda v, s, n: R.throughput_window(
+            f"synthetic-fp-tput-{v}-{s}-{n}", ratio=v, seed=s, noise=n), "throughput_collapse"),
+        "gate drift, extra growth per 1k steps +": ([0.05, 0.1, 0.15, 0.2, 0.3, 0.4], lambda v, s, n: R.gate_drift(
+            f"synthetic-fp-gate-{v}-{s}-{n}", per_1k=v, seed=s, noise=n), "adam_drift"),
+        "fork child, loss offset ×1+": ([0.005, 0.008, 0.01, 0.012, 0.015, 0.02, 0.03], lambda v, s, n: R.resume_offset(
+            f"synthetic-fp-resume-{v}-{s}-{n}", rel=v, seed=20 + s, noise=n), "resume_mismatch"),
+        "replaying child, loss offset +": ([0.001, 0.0015, 0.002, 0.0025, 0.003, 0.005], lambda v, s, n: R.resume_replay(
+            f"synthetic-fp-replay-{v}-{s}-{n}", offset=v, seed=3000 + s, noise=n), "resume_mismatch"),
     }
     for label, (values, make, kind) in cases.items():
         for noise in (1.0, 2.0):
@@ -110,22 +107,6 @@ def begins(store: Store, seeds: int) -> None:
                 found = incidents_of(store, [r for inc in incs for r in inc.runs])
                 rate.append(sum(any(r["kind"] == kind for r in found[inc.run_id]) for inc in incs) / seeds)
             print(f"  {label}, noise {noise:g}%: " + "  ".join(f"{v:g} {r:.0%}" for v, r in zip(values, rate)))
-
-
-def _noisy(inc: I.Incident, noise: float) -> I.Incident:
-    for run in inc.runs:
-        R.scale_noise(run, loss=noise, throughput=noise)
-    return inc
-
-
-def _gate(run_id: str, per_1k: float, seed: int, noise: float) -> I.Incident:
-    run = I.base_run(run_id, "fp-gate", steps=3000, seed=seed)
-    R.add_gates(run)
-    for i in range(run.spec.layers):
-        R.grow(run, R.GATE.format(i=i), 1500, per_1k)
-    I.retotal(run)
-    R.scale_noise(run, loss=noise, throughput=noise)
-    return I.Incident("fp-gate", "bench", [run])
 
 
 def main() -> None:

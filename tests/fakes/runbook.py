@@ -102,6 +102,8 @@ def collapse_routing(run: SynthRun, at: int, length: int, depth: float = 0.4) ->
 
 def scale_noise(run: SynthRun, loss: float = 1.0, throughput: float = 1.0) -> None:
     """The loss's relative noise × `loss` (synth's is 1%), tokens/s and step time's × `throughput` (2%)."""
+    if loss == 1.0 and throughput == 1.0:
+        return
     s, v = run.series[I.LOSS]
     level = synth.loss_level(run.spec, s)
     I.set_loss(run, s, level * (1.0 + loss * (v / level - 1.0)))
@@ -114,15 +116,16 @@ def scale_noise(run: SynthRun, loss: float = 1.0, throughput: float = 1.0) -> No
 
 # --- incidents ----------------------------------------------------------------------------------
 
-def gate_drift(run_id: str = "synthetic-gate-drift", *, at: int = 1500, steps: int = 3000,
-               loss_moves: bool = False) -> Incident:
+def gate_drift(run_id: str = "synthetic-gate-drift", *, at: int = 1500, steps: int = 3000, loss_moves: bool = False,
+               per_1k: float = 0.4, seed: int = 0, noise: float = 1.0) -> Incident:
     """Issue 28 #1: every layer's attention-gate norm (Adam, no weight decay) grows a further 40%
-    per 1,000 steps from `at`, steadily; the loss keeps falling (or, `loss_moves`, stalls)."""
+    (`per_1k`) per 1,000 steps from `at`, steadily; the loss keeps falling (or, `loss_moves`, stalls)."""
     name = "gate-drift" + ("-loss" if loss_moves else "")
-    run = I.base_run(run_id, name, steps=steps)
+    run = I.base_run(run_id, name, steps=steps, seed=seed)
+    scale_noise(run, loss=noise, throughput=noise)
     add_gates(run)
     for i in range(run.spec.layers):
-        grow(run, GATE.format(i=i), at, 0.4)
+        grow(run, GATE.format(i=i), at, per_1k)
     I.retotal(run)
     if loss_moves:
         stall_loss(run, at)
@@ -145,12 +148,15 @@ FORK, PARENT_END, CHILD_END = 1200, 1500, 2000
 COMPARED_TO = FORK + 250         # the runbook compares over 200 steps after a 50-step post-resume warm-up
 
 
-def resume_offset(run_id: str = "synthetic-resume-mismatch", *, rel: float = 0.03) -> Incident:
+def resume_offset(run_id: str = "synthetic-resume-mismatch", *, rel: float = 0.03, seed: int = 20,
+                  noise: float = 1.0) -> Incident:
     """Issue 28 #2: a child forked at step 1,200 from a parent that logged on to 1,499; from the
     fork on the child's loss sits `rel` above what the parent logged at the same steps (its own
-    batches: independent noise)."""
-    parent, child = I.fork_pair("synthetic-resume-parent-a", run_id, "resume-mismatch", fork_step=FORK,
-                                parent_steps=PARENT_END, last_step=CHILD_END, seed=20)
+    batches: independent noise, × `noise`)."""
+    parent, child = I.fork_pair(f"{run_id}-parent", run_id, "resume-mismatch", fork_step=FORK,
+                                parent_steps=PARENT_END, last_step=CHILD_END, seed=seed)
+    for run in (parent, child):
+        scale_noise(run, loss=noise, throughput=noise)
     s, v = child.series[I.LOSS]
     I.set_loss(child, s, v * (1.0 + rel))
     after = FORK + 51
@@ -159,13 +165,15 @@ def resume_offset(run_id: str = "synthetic-resume-mismatch", *, rel: float = 0.0
                            window=(after, COMPARED_TO))])
 
 
-def resume_replay(run_id: str, *, offset: float, seed: int = 30) -> Incident:
+def resume_replay(run_id: str, *, offset: float, seed: int = 30, noise: float = 1.0) -> Incident:
     """Issue 28 #2: a child that replays its parent's batches after the fork (its loss at each
     step the parent logged is the parent's, + `offset`, + 1e-4 numerics noise). offset 0: a
     faithful resume (a control); 0.005: above the runbook's 0.002 catch-up bar."""
     name = "resume-replay" if offset else "resume-faithful"
-    parent, child = I.fork_pair(f"synthetic-{name}-parent", run_id, name, fork_step=FORK,
+    parent, child = I.fork_pair(f"{run_id}-parent", run_id, name, fork_step=FORK,
                                 parent_steps=PARENT_END, last_step=CHILD_END, seed=seed)
+    for run in (parent, child):
+        scale_noise(run, loss=noise, throughput=noise)
     ps, pv = parent.series[I.LOSS]
     over = ps > FORK
     jitter = 1e-4 * np.random.default_rng([seed, 2]).standard_normal(int(over.sum()))
@@ -176,9 +184,10 @@ def resume_replay(run_id: str, *, offset: float, seed: int = 30) -> Incident:
 
 
 def throughput_window(run_id: str = "synthetic-throughput-collapse", *, lo: int = 1500, hi: int = 2000,
-                      ratio: float = 0.75, steps: int = 2600) -> Incident:
-    """Issue 28 #3: steps [lo, hi) run ~25% below the usual throughput, then recover."""
-    run = I.base_run(run_id, "throughput-collapse", steps=steps)
+                      ratio: float = 0.75, steps: int = 2600, seed: int = 0, noise: float = 1.0) -> Incident:
+    """Issue 28 #3: steps [lo, hi) run ~25% below the usual throughput, then recover (noise × `noise`)."""
+    run = I.base_run(run_id, "throughput-collapse", steps=steps, seed=seed)
+    scale_noise(run, loss=noise, throughput=noise)
     slow_window(run, lo, hi, ratio)
     return Incident("throughput-collapse", "28 #3", [run],
                     [Cause("infrastructure", lo, f"{1 - ratio:.0%} below baseline over [{lo}, {hi})", window=(lo, hi - 1))])

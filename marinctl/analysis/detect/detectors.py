@@ -44,9 +44,15 @@ Detectors and thresholds (each with its source; peers.md §B.1, marin.md §5):
   anomalous (otherwise the gap is the explanation, reported as `step_gap`).
 - **step_gap** compares the steps between rows with the run's median logging interval: a run
   logging every 10 steps has no gap at every row; a skip of at least two intervals is one.
+- **adam_drift**: an Adam-trained (no weight decay) leaf whose norm keeps growing faster than
+  it did — a trend test classed by the leaf's role and whether the loss moved (drift.py;
+  Marin issue #8818, PR #8833).
+- **resume_mismatch**: a fork child's loss against its parent's over the steps both logged
+  (resume.py; the runbook's 0.002 during catch-up, 1% after the post-resume warm-up).
 - Spike scores become events (episodes.py: one event per cause, level shifts apart, schedule
   changes quiet), logit growth is a trend test (trends.py), NaN/Inf and overflow markers are
-  `numerics` (numerics.py).
+  `numerics` (numerics.py). Window findings (WINDOW_KINDS) carry `start`/`end`; every finding
+  carries its key's logging interval (`interval`), which incidents.py groups by.
 """
 
 from __future__ import annotations
@@ -524,8 +530,8 @@ def adam_drifts(con: Connection, fr: RunFrame, keys: Sequence[str], cols: dict[s
         return []
     block = drift.block_of(cols[PNORM][0]) if PNORM in cols else drift.BLOCK_STEPS
     lo = max(emit_lo - drift.LOOKBACK_BLOCKS * block, 0)
-    watch = split_keys(con, history.frame(con, fr.segments, leaves, lo, None if emit_hi is None else emit_hi + block))
-    return drift.adam_drift(watch, leaves, fr.roles, start_after=max(SKIP_BEFORE, fr.warmup_end), loss=cols.get(LOSS),
+    watch = split_keys(con, history.frame(con, fr.segments, [*leaves, LOSS], lo, None if emit_hi is None else emit_hi + block))
+    return drift.adam_drift(watch, leaves, fr.roles, start_after=max(SKIP_BEFORE, fr.warmup_end), loss=watch.get(LOSS),
                             owner=owner)
 
 

@@ -12,10 +12,10 @@ did. No single step is unusual (robust z ≈ 1), so this is a trend test, as log
 1. **screen** (numpy): each Adam leaf's median log norm in `BLOCK_STEPS` = 100-step blocks (at
    least 5 logged rows: the hero watches every 10 steps), compared across a window of
    `WINDOW_BLOCKS` = 5 blocks (500 steps): the norm rose ≥ `DRIFT_RISE` = 5% over the window
-   *and* ≥ `ACCEL` = 3× as much as over the window before it. A healthy Adam norm grows
+   *and* ≥ `ACCEL` = 2× as much as over the window before it. A healthy Adam norm grows
    fastest early and slows; one that starts growing, or grows faster and faster, is drifting.
    The window before must begin after LR warm-up ends (warm-up itself speeds every Adam norm
-   up). 5% per 500 steps and 3× are marinctl's choices; no number is published.
+   up). 5% per 500 steps and 2× are marinctl's choices; no number is published.
 2. **confirm** (scipy.stats, only where the screen fired): Mann–Kendall p < `P_MAX` = 1e-3
    for the norm over the window, and its Theil–Sen slope (Mann 1945; Sen 1968).
 3. **episode**: once open, a drift goes on while the norm keeps rising ≥ `DRIFT_RISE` per
@@ -45,7 +45,7 @@ from marinctl.domain import Anomaly
 
 BLOCK_STEPS, BLOCK_ROWS, WINDOW_BLOCKS = 100, 5, 5
 DRIFT_RISE = math.log(1.05)
-ACCEL = 3.0
+ACCEL = 2.0
 P_MAX = 1e-3
 ONSET_TOL = DRIFT_RISE / 4
 CONFIDENCE = {True: 0.85, False: 0.65}   # loss moved / loss still falling

@@ -1,9 +1,11 @@
 """`explain step N`: what is unusual at or near a step — every cause, once each, ranked, with
 evidence and a reason.
 
-Findings come from the same detectors sync runs (detectors.py), re-run locally on the
-full-resolution history around N — so explain works even before detection has run — merged
-with stored detections (episodes that started earlier). The local run reads the run's
+Findings come from the same detectors sync runs (detectors.py): where sync's detection has
+settled around N (detection.settled) what it stored is read, else the detectors are re-run
+locally on the full-resolution history around N — so explain works even before detection has
+run — and merged with stored detections (episodes that started earlier; a window, however
+long ago it began, when N lies inside it). The local run reads the run's
 lineage (a fork child's parent up to the fork), as detection does, so the first steps after a
 fork have a baseline. Each finding carries its evidence (values vs baseline, robust scores,
 exact Δ‖θ‖² shares, an event's steps, a trend's window), a cause class from the contract's
