@@ -33,7 +33,7 @@ from typing import Any, Callable
 import numpy as np
 
 from marinctl.domain import Anomaly
-from marinctl.store import Connection, rolling
+from marinctl.store import Connection
 
 TPS, DURATION, TIMESTAMP = "throughput/tokens_per_second", "throughput/duration", "_timestamp"
 TPUT_RECENT, TPUT_BASE = 30, 1000
@@ -102,6 +102,8 @@ def collapses(con: Connection, data, cols: dict[str, Series], owner: Callable[[i
     steps, rate = steps[ok], (1.0 / v[ok] if invert else v[ok])
     if len(steps) < TPUT_RECENT:
         return [], None
+    from marinctl.store import rolling
+
     onsets = [(int(s), float(b), False) for s, _, b in rolling.rate_drops(
         con, data, key, invert=invert, recent=TPUT_RECENT, base=TPUT_BASE, min_points=TPUT_MIN_BASE, ratio=TPUT_RATIO)]
     if open_ is not None and open_.key == key and open_.start < int(steps[0]) + TPUT_BASE:
