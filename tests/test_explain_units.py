@@ -108,7 +108,7 @@ def test_cli_anomalies_json_follows_contract(qb_store, cli, monkeypatch):
     rows = json.loads(out)
     assert [(r["step"], r["kind"]) for r in rows] == [(500, "param_norm_jump"), (900, "spike")]
     for r in rows:
-        assert set(r) == {"run", "step", "metric", "kind", "score", "cause_class"} and r["cause_class"] in CAUSES
+        assert set(r) == {"run", "step", "start", "end", "metric", "kind", "score", "cause_class"} and r["cause_class"] in CAUSES
     code, out, _ = cli("anomalies")
     assert code == 0 and "param_norm_jump" in out
 

@@ -1,4 +1,5 @@
-"""`explain step N` (why a step looks the way it does) and `anomalies` (stored detections).
+"""`explain step N` (why a step looks the way it does) and `anomalies` (stored detections, one
+row per incident — analysis/detect/incidents.py — or every detected step with `--detail`).
 
 The words come from render/explain.py, the same text watch's `e` panel shows.
 """
@@ -24,7 +25,9 @@ def register(app: typer.Typer) -> None:
     explain_app.command("step", context_settings={"ignore_unknown_options": True}, help=(
         "What is unusual at or near step N, ranked, with evidence, a cause class and a plain explanation. "
         "RUN: hero (default), a run id, rung1..rung4."))(step)
-    app.command("anomalies", help="Detections stored for a run (default: the hero lineage, or the only run).")(anomalies)
+    app.command("anomalies", help=(
+        "Incidents detected in a run, one row per episode (its peak, first and last step, cause, severity); "
+        "--detail: every detected step. RUN: hero (default), a run id, rung1..rung4."))(anomalies)
 
 
 def step(
@@ -53,6 +56,7 @@ def step(
 
 def anomalies(
     run: Annotated[Optional[str], typer.Option("--run", metavar="RUN", help="hero (default), a run id, rung1..rung4.", autocompletion=complete.runs)] = None,
+    detail: Annotated[bool, typer.Option("--detail", help="Every detected step, not one row per incident.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
     from marinctl.analysis.explain.explain import anomalies as list_anomalies
@@ -61,13 +65,31 @@ def anomalies(
 
     with open_store().connect() as con:
         target = resolve_target(con, run)
-        rows = list_anomalies(con, target)
+        rows = list_anomalies(con, target, detail=detail)
     if json_out:
-        output.print_json([{k: r[k] for k in ("run", "step", "metric", "kind", "score", "cause_class")} for r in rows])
+        output.print_json([{k: r[k] for k in CONTRACT_KEYS} for r in rows])
         return
     if not rows:
         print(f"no anomalies detected for {target.name} — detection runs after each `marinctl sync`")
         return
-    output.print_table(["step", "run", "metric", "kind", "score", "cause"],
-                       [(numbers.count(r["step"]), r["run"], r["metric"], r["kind"], r["score"], r["cause_class"]) for r in rows])
-    print(f"\n{len(rows)} detections · details: marinctl explain step N" + (f" --run {target.name}" if run else ""))
+    more = f" --run {target.name}" if run else ""
+    if detail:
+        output.print_table(["step", "run", "metric", "kind", "score", "cause", "severity"],
+                           [(numbers.count(r["step"]), r["run"], r["metric"], r["kind"], r["score"], r["cause_class"],
+                             r["severity"]) for r in rows])
+        print(f"\n{len(rows)} detections · one row per incident: marinctl anomalies{more} · details: marinctl explain step N{more}")
+        return
+    output.print_table(["peak", "steps", "run", "metric", "kind", "score", "cause", "severity", "detections"],
+                       [(numbers.count(r["step"]), _steps(r["start"], r["end"]), r["run"], r["metric"], r["kind"], r["score"],
+                         r["cause_class"], r["severity"], numbers.count(r["detections"])) for r in rows])
+    total = sum(r["detections"] for r in rows)
+    print(f"\n{len(rows)} incident{'s' if len(rows) != 1 else ''} from {total} detection{'s' if total != 1 else ''}"
+          f" · every detection: marinctl anomalies --detail{more}"
+          f" · details: marinctl explain step N{more}")
+
+
+CONTRACT_KEYS = ("run", "step", "start", "end", "metric", "kind", "score", "cause_class")
+
+
+def _steps(start: int, end: int) -> str:
+    return numbers.count(start) if start == end else f"{numbers.count(start)}–{numbers.count(end)}"

@@ -10,9 +10,17 @@ each, most important first:
   collapse the same way.
 - **rank** = severity of the kind × confidence × 1/(1 + d/10), d the distance in logged rows
   from N to the finding's span (0 inside it). Severity: non-finite values first, then the
-  signatures that mean training went wrong (co-spikes, logit growth, loss rises, spikes),
-  then infrastructure, router and norm signals. Expected dynamics (`heuristic_parameter`)
-  count half: true, but the least worrying thing there. Level shifts (cause `none`) last.
+  signatures that mean training went wrong (co-spikes, logit growth, loss rises, a resume
+  whose loss does not match its parent's, spikes), then infrastructure, router and norm
+  signals; a fork is a planned event and weighs least of the infrastructure. Expected
+  dynamics (`heuristic_parameter`) count half: true, but the least worrying thing there.
+  Level shifts (cause `none`) last.
+- **severity level** (`level`): that same strength, before distance, cut in three — `high`
+  ≥ 2.0 (NaN/Inf, overflow, an optimizer co-spike with its grad precursor, logit growth, a
+  sustained loss excursion, a resume mismatch), `medium` ≥ 1.0 (spikes without a precursor,
+  gaps and restarts, slowdowns, drifting norms, router shifts), `low` below (forks, lone grad
+  spikes, expected dynamics, level shifts). Cause `none` is never above `low`. Incidents and
+  alerts carry it (incidents.py).
 - **coincidence**: when two or more causes other than `infrastructure`/`none` have spans
   within `GROUP_ROWS` rows of each other, near N, the summary says so: "Two things happened
   at step S: …" (S: the earliest of them) — so a follower never takes the first finding for
@@ -27,10 +35,16 @@ from marinctl import numbers as N
 from marinctl.analysis.explain.explanations import headline
 
 GROUP_ROWS = 3
-SEVERITY = {"nonfinite": 5.0, "overflow": 4.0, "co_spike": 3.0, "logit_growth": 3.0, "sustained_rise": 3.0, "spike": 2.5,
-            "rewind": 2.2, "fork": 2.0, "step_gap": 2.0, "resume": 1.8, "throughput_collapse": 1.8, "grad_spike": 1.6,
-            "hyperball_drift": 1.6, "routing_entropy_drop": 1.5, "drop_fraction_rise": 1.5, "overflow_rise": 1.5,
-            "router_zloss_jump": 1.5, "param_norm_jump": 1.4, "level_shift": 0.8}
+SEVERITY = {"nonfinite": 5.0, "overflow": 4.0, "co_spike": 3.0, "logit_growth": 3.0, "sustained_rise": 3.0,
+            "resume_mismatch": 2.5, "spike": 2.5, "rewind": 2.2, "step_gap": 2.0, "resume": 1.8,
+            "throughput_collapse": 1.8, "routing_entropy_drop": 1.8, "drop_fraction_rise": 1.8, "overflow_rise": 1.8,
+            "router_zloss_jump": 1.8, "grad_spike": 1.6, "hyperball_drift": 1.6, "adam_drift": 1.6,
+            "param_norm_jump": 1.4, "fork": 1.0, "level_shift": 0.8}
+# confidence of a detection that does not carry its own (details["confidence"])
+CONFIDENCE = {"nonfinite": 0.99, "overflow": 0.9, "fork": 0.95, "rewind": 0.9, "step_gap": 0.9, "resume": 0.85,
+              "resume_mismatch": 0.85, "throughput_collapse": 0.8, "hyperball_drift": 0.8, "grad_spike": 0.5,
+              "sustained_rise": 0.6, "spike": 0.65}
+HIGH, MEDIUM = 2.0, 1.0
 QUIET_CAUSES = ("infrastructure", "none")
 _COUNT_WORDS = {2: "Two", 3: "Three", 4: "Four", 5: "Five"}
 
@@ -52,10 +66,31 @@ def _distance(f: dict[str, Any], n: int) -> int:
     return 0 if lo <= n <= hi else min(abs(n - lo), abs(n - hi))
 
 
+def confidence(kind: str, details: dict[str, Any]) -> float:
+    """A detection's confidence: its own when it carries one, else its kind's."""
+    if "confidence" in details:
+        return float(details["confidence"])
+    if kind == "co_spike":
+        return 0.8 if details.get("precursor_steps") else 0.55
+    return CONFIDENCE.get(kind, 0.6)
+
+
+def weight(kind: str, cause_class: str, conf: float) -> float:
+    """Severity of the kind × confidence; expected dynamics count half."""
+    return SEVERITY.get(kind, 1.0) * (0.5 if cause_class == "heuristic_parameter" else 1.0) * conf
+
+
 def strength(f: dict[str, Any]) -> float:
     """Severity × confidence, before distance."""
-    weight = SEVERITY.get(f["kind"], 1.0) * (0.5 if f["cause_class"] == "heuristic_parameter" else 1.0)
-    return weight * f["confidence"]
+    return weight(f["kind"], f["cause_class"], f["confidence"])
+
+
+def level(kind: str, cause_class: str, conf: float) -> str:
+    """'high' | 'medium' | 'low' from the strength explain ranks by (see the module doc)."""
+    w = weight(kind, cause_class, conf)
+    if cause_class == "none" or w < MEDIUM:
+        return "low"
+    return "high" if w >= HIGH else "medium"
 
 
 def rank_score(f: dict[str, Any], n: int, interval: int) -> float:

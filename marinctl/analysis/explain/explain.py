@@ -1,9 +1,11 @@
 """`explain step N`: what is unusual at or near a step — every cause, once each, ranked, with
 evidence and a reason.
 
-Findings come from the same detectors sync runs (detectors.py), re-run locally on the
-full-resolution history around N — so explain works even before detection has run — merged
-with stored detections (episodes that started earlier). The local run reads the run's
+Findings come from the same detectors sync runs (detectors.py): where sync's detection has
+settled around N (detection.settled) what it stored is read, else the detectors are re-run
+locally on the full-resolution history around N — so explain works even before detection has
+run — and merged with stored detections (episodes that started earlier; a window, however
+long ago it began, when N lies inside it). The local run reads the run's
 lineage (a fork child's parent up to the fork), as detection does, so the first steps after a
 fork have a baseline. Each finding carries its evidence (values vs baseline, robust scores,
 exact Δ‖θ‖² shares, an event's steps, a trend's window), a cause class from the contract's
@@ -33,8 +35,7 @@ from marinctl.store.lineage import Target
 __all__ = ["ROLE_NOTES", "anomalies", "explain", "wandb_url"]
 
 NEAR = 30            # steps either side of N searched for findings (at least 3 logged rows)
-_CONFIDENCE = {"nonfinite": 0.99, "overflow": 0.9, "fork": 0.95, "rewind": 0.9, "step_gap": 0.9, "resume": 0.85,
-               "throughput_collapse": 0.8, "hyperball_drift": 0.8, "grad_spike": 0.5, "sustained_rise": 0.6}
+WINDOW_KINDS = D.WINDOW_KINDS
 
 
 def wandb_url(run: dict[str, Any]) -> str | None:
@@ -46,14 +47,7 @@ def wandb_url(run: dict[str, Any]) -> str | None:
 
 
 def _confidence(a: dict[str, Any]) -> float:
-    d = a["details"]
-    if "confidence" in d:
-        return float(d["confidence"])
-    if a["kind"] == "co_spike":
-        return 0.8 if d.get("precursor_steps") else 0.55
-    if a["kind"] == "spike":
-        return 0.65
-    return _CONFIDENCE.get(a["kind"], 0.6)
+    return ranking.confidence(a["kind"], a["details"])
 
 
 def _finding(con, target: Target, a: dict[str, Any], recipe) -> dict[str, Any]:
@@ -129,6 +123,22 @@ def _interval(con: Connection, target: Target, step: int) -> int:
     return max(int(np.median(np.diff(steps))), 1) if len(steps) > 2 else 1
 
 
+def _settled(con: Connection, reading: Target, run: dict[str, Any], step: int, near: int) -> bool:
+    """Whether sync's detection already scored the steps around N for good, within one run's own
+    segment: then its stored findings are what the detectors would find here, and are read instead
+    of found again (most of explain's time on a hero-scale run)."""
+    seg = next(((lo, hi) for r, (_, lo, hi) in zip(reading.runs, reading.segments) if r["run_pk"] == run["run_pk"]), None)
+    if seg is None or (seg[0] is not None and step - near < seg[0]) or (seg[1] is not None and step + near >= seg[1]):
+        return False
+    return detection.settled(con, run["uid"], step + near + D.LOOKAHEAD)
+
+
+def _key(metric: str, kind: str, step: int) -> tuple:
+    """What makes a detection found here the same as one stored: a window's kind and first step
+    (its metric names the leaf that led it, which depends on how much was read)."""
+    return (kind, step) if kind in WINDOW_KINDS else (metric, kind, step)
+
+
 def explain(con: Connection, target: Target, step: int, metric: str | None = None) -> dict[str, Any]:
     """The contract's `explain step N --json` document for `target` at `step`."""
     lo, hi = _bounds(con, target)
@@ -145,17 +155,26 @@ def explain(con: Connection, target: Target, step: int, metric: str | None = Non
     interval = _interval(con, reading, step)
     near = max(NEAR, 3 * interval)
     owner_pk = lambda s: reading.run_at(s)["run_pk"]  # noqa: E731
-    refs = detection.saved_refs(con, run["uid"])
-    local = D.scan(con, fr, max(step - near, 0), step + near + 1, overlap=True, owner=owner_pk, refs=refs)
+    local = [] if _settled(con, reading, run, step, near) else D.scan(
+        con, fr, max(step - near, 0), step + near + 1, overlap=True, owner=owner_pk,
+        refs=detection.saved_refs(con, run["uid"]))
     found: dict[tuple, dict[str, Any]] = {}
     for a in local:
-        found[(a.metric, a.kind, a.step)] = {"run_pk": a.run_pk, "step": a.step, "metric": a.metric, "kind": a.kind,
-                                             "score": a.score, "cause_class": a.cause_class, "details": a.details}
-    for a in anomalies_store.stored(con, reading, step - 2000, step + near):
+        found[_key(a.metric, a.kind, a.step)] = {"run_pk": a.run_pk, "step": a.step, "metric": a.metric, "kind": a.kind,
+                                                 "score": a.score, "cause_class": a.cause_class, "details": a.details}
+    nearby = anomalies_store.stored(con, reading, step - 2000, step + near)
+    # a window stored by sync covers N however long ago it began (a collapse, a drift: one finding)
+    windows = anomalies_store.stored(con, reading, None, step - 2000, kinds=WINDOW_KINDS)
+    for a in nearby + windows:
         d = a["details"]
         end = d.get("end", a["step"])
-        if a["step"] >= step - near or (d.get("start") is not None and end >= step - near):
-            found.setdefault((a["metric"], a["kind"], a["step"]), a)
+        if not (a["step"] >= step - near or (d.get("start") is not None and end >= step - near)):
+            continue
+        key = _key(a["metric"], a["kind"], a["step"])
+        have = found.get(key)
+        # the same window found here and stored: the longer reading of it (here it ends where the read ended)
+        if have is None or (isinstance(end, int) and end > have["details"].get("end", have["step"])):
+            found[key] = a
     # lineage points the stitched view knows about (forks of earlier runs in the chain)
     for p in ctx_mod.lineage_points(reading, step, near):
         found.setdefault(("_lineage", "fork", p["step"]), {
@@ -186,7 +205,24 @@ def explain(con: Connection, target: Target, step: int, metric: str | None = Non
     return doc
 
 
-def anomalies(con: Connection, target: Target) -> list[dict[str, Any]]:
-    """The contract's `anomalies --json` rows for a target (stored detections)."""
-    return [{"run": a["run"], "step": a["step"], "metric": a["metric"], "kind": a["kind"], "score": a["score"],
-             "cause_class": a["cause_class"], "details": a["details"]} for a in anomalies_store.stored(con, target)]
+def anomalies(con: Connection, target: Target, detail: bool = False) -> list[dict[str, Any]]:
+    """The contract's `anomalies --json` rows for a target: one per incident (incidents.py; `step`
+    its peak), or with `detail` one per stored detection. Each row also carries `severity`,
+    `detections` (how many) and `steps` (the detected steps) for the table."""
+    from marinctl.analysis.detect import incidents as inc
+
+    stored = anomalies_store.stored(con, target)
+    if detail:
+        out = []
+        for a in stored:
+            lo, hi = inc.span(inc.as_anomaly(a))
+            out.append({"run": a["run"], "step": a["step"], "start": lo, "end": hi, "metric": a["metric"],
+                        "kind": a["kind"], "score": a["score"], "cause_class": a["cause_class"],
+                        "severity": inc.severity(a["kind"], a["cause_class"], ranking.confidence(a["kind"], a["details"])),
+                        "detections": 1, "steps": [a["step"]], "details": a["details"]})
+        return out
+    names = {r["run_pk"]: r["run_id"] for r in target.runs}
+    rows = [{"run": names.get(i.run_pk, str(i.run_pk)), "step": i.step, "start": i.start, "end": i.end, "metric": i.metric,
+             "kind": i.kind, "score": i.score, "cause_class": i.cause_class, "severity": i.severity,
+             "detections": i.detections, "steps": list(i.steps)} for i in inc.incidents([inc.as_anomaly(a) for a in stored])]
+    return sorted(rows, key=lambda r: (r["start"], r["step"], r["metric"]))
