@@ -43,15 +43,23 @@ def _terminal(escape: str) -> bool:
     return True
 
 
+def rules_of(*, follow: bool):
+    """`<home>/alerts.toml` read when following (exit 2 naming what is wrong in it)."""
+    if not follow:
+        return None
+    from marinctl import paths
+    from marinctl.analysis.alerts.rules import load
+
+    return load(paths.home())
+
+
 class Alerting:
     """An Alerter (sync/alerts.py) and, with sinks, a Delivery (sync/delivery.py), for one follow."""
 
-    def __init__(self, store, sinks: Sequence, *, quiet: bool):
-        from marinctl import paths
-        from marinctl.analysis.alerts.rules import load
+    def __init__(self, store, sinks: Sequence, rules, *, quiet: bool):
         from marinctl.sync.alerts import Alerter
 
-        self.rules = load(paths.home())
+        self.rules = rules
         self.alerter = Alerter(store, self.rules, claim=bool(sinks))
         self.quiet = quiet
         self.delivery = None

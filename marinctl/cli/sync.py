@@ -39,9 +39,9 @@ def sync(
         raise UserError(f"--interval must be a positive number of seconds, not {interval:g}",
                         "marinctl sync TARGET --follow --interval 30")
     targets = targets or ["marin"]
-    from marinctl.cli.notify import sinks_of
+    from marinctl.cli.notify import rules_of, sinks_of
 
-    sinks = sinks_of(notify, follow=follow)
+    sinks, rules = sinks_of(notify, follow=follow), rules_of(follow=follow)
     try:   # validate before touching network or store (a bare stored run id waits for the store)
         plans = [p for t in targets for p in parse_target(t)]
     except UserError:
@@ -62,7 +62,7 @@ def sync(
     if follow:
         from marinctl.cli.notify import Alerting
 
-        alerting = Alerting(store, sinks, quiet=json_out)
+        alerting = Alerting(store, sinks, rules, quiet=json_out)
     try:
         if follow and all(p.kind == "local" for p in plans):
             _follow_local(store, plans, json_out=json_out, alerting=alerting)

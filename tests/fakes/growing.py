@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import time
 from datetime import datetime, timezone
+from typing import Callable
 
 
 from . import incidents as I
@@ -49,10 +50,12 @@ class Feed:
     def last_step(self) -> int:
         return int(self.run.last_step)
 
-    def grow(self, n: int, *, co_spike: bool = False, nan_loss: bool = False, slowdown: bool = False) -> int:
+    def grow(self, n: int, *, co_spike: bool = False, nan_loss: bool = False, slowdown: bool = False,
+             then: Callable[[SynthRun, int, int], None] | None = None) -> int:
         """Log `n` more steps (at least 6 with an incident); with an incident, it starts at the
-        new steps' second one. Returns the incident's step (co-spike: its loss step; NaN: the
-        first NaN), else the last new step."""
+        new steps' second one; `then(run, first, last)` logs more at the new steps before any
+        is served. Returns the incident's step (co-spike: its loss step; NaN: the first NaN),
+        else the last new step."""
         with self.server._lock:
             first = self.last_step + 1
             self.run.extend(self.last_step + n)
@@ -67,6 +70,8 @@ class Feed:
                 at = int(bad[0])
             if slowdown:
                 _slow(self.run, first + 1)
+            if then is not None:
+                then(self.run, first, self.last_step)
             self.run.heartbeat_at = _now()
             now = time.time()
             for s in range(first, self.last_step + 1):
