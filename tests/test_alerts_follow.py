@@ -428,3 +428,41 @@ def _strings(obj) -> list[str]:
     if isinstance(obj, list):
         return [s for v in obj for s in _strings(v)]
     return []
+
+
+# --- a local run, tailed ------------------------------------------------------------------------------
+
+def _write_local(out: Path, run_id: str, *, nan_at: int, steps: int = 60) -> None:
+    from tests.blackbox import sdk_write
+
+    sdk_write(out, f'''
+run = wandb.init(mode="offline", dir=out, project="synthetic-alerts", id="{run_id}", name="{run_id} (synthetic)",
+                 settings=S(x_transaction_log_flush_interval=0.5))
+for s in range({steps}):
+    run.log({{"train/loss": float("nan") if s == {nan_at} else 3.0 - 0.01 * s, "grad/norm/total": 1.0}}, step=s)
+    time.sleep(0.01)
+run.finish()
+''')
+
+
+def test_a_tailed_local_run_alerts_through_an_exec_sink(env, tmp_path):
+    import shlex
+
+    runs, sent = tmp_path / "runs", tmp_path / "sent.jsonl"
+    _write_local(runs, "synthetic-alerts-local-before", nan_at=7)           # a NaN logged before following
+    sink = f"exec=cat >> {shlex.quote(str(sent))}; echo >> {shlex.quote(str(sent))}"
+    with Follower(["sync", str(runs / "wandb"), "--follow", "--notify", sink], env) as f:
+        f.synced(59)                                                         # the tail caught the first run up
+        _write_local(runs, "synthetic-alerts-local-live", nan_at=40)        # a run that starts while followed
+        deadline = time.monotonic() + WAIT_S
+        while not (sent.exists() and sent.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.5)                                                      # more passes: nothing else comes
+        assert f.stop() in (0, 130), f.err[-2000:]
+    bodies = [json.loads(line) for line in sent.read_text().splitlines() if line.strip()]
+    assert len(bodies) == 1, bodies
+    (b,) = bodies
+    assert (b["run"], b["metric"], b["step"], b["cause_class"], b["kind"]) == \
+        ("synthetic-alerts-local-live", "train/loss", 40, "numerics", "nonfinite"), b
+    assert b["command"] == "marinctl explain step 40 --run synthetic-alerts-local-live"
+    assert [r["run"] for r in listed(env)] == ["synthetic-alerts-local-live"]
