@@ -86,13 +86,14 @@ def get(con: Connection, alert_ids: Sequence[int]) -> list[dict[str, Any]]:
 
 def claim_pending(con: Connection, run_uids: Sequence[str], me: str, until: datetime,
                   fired_since: datetime) -> list[dict[str, Any]]:
-    """Undelivered alerts of these runs fired since `fired_since` that no live claim holds:
-    claimed for `me` until `until`, and returned oldest first."""
+    """Undelivered alerts of these runs fired since `fired_since` that no live claim holds (and
+    that `me` is not delivering already): claimed for `me` until `until`, returned oldest first."""
     if not run_uids:
         return []
     ids = [r[0] for r in con.execute(
         f"SELECT alert_id FROM alerts WHERE delivered_at IS NULL AND run_uid IN ({_marks(run_uids)})"
-        " AND fired_at >= ? AND (claimed_by IS NULL OR claimed_by = ? OR claimed_until < current_timestamp)",
+        " AND fired_at >= ? AND (claimed_by IS NULL OR claimed_until IS NULL OR claimed_until < current_timestamp)"
+        " AND coalesce(claimed_by, '') <> ?",
         [*run_uids, fired_since, me]).fetchall()]
     if ids:
         con.execute(f"UPDATE alerts SET claimed_by = ?, claimed_until = ? WHERE alert_id IN ({_marks(ids)})",

@@ -108,6 +108,7 @@ class _Worker:
         self.inbox: queue.Queue = queue.Queue()
         self.heap: list[tuple[float, int, int, dict[str, Any]]] = []   # (due, order, attempt, alert)
         self._order = itertools.count()
+        self.queued: set[int] = set()
         self.thread = threading.Thread(target=self._run, name=f"alerts → {sink.kind}", daemon=True)
 
     def _run(self) -> None:
@@ -121,7 +122,9 @@ class _Worker:
             if item is None:
                 return
             if item is not False:
-                heapq.heappush(self.heap, (time.monotonic(), next(self._order), 0, item))
+                if item["alert_id"] not in self.queued:      # one chain of tries per alert
+                    self.queued.add(item["alert_id"])
+                    heapq.heappush(self.heap, (time.monotonic(), next(self._order), 0, item))
                 continue
             if not self.heap or self.heap[0][0] > time.monotonic():
                 continue
@@ -131,6 +134,8 @@ class _Worker:
             except Exception as exc:  # noqa: BLE001 — a sink's failure is a failed try, never the loop's end
                 error = f"{type(exc).__name__}"
             o._tried(self.sink, alert, error, attempt)
-            if error is not None:
+            if error is None:
+                self.queued.discard(alert["alert_id"])
+            else:
                 wait_s = o.backoff[min(attempt, len(o.backoff) - 1)]
                 heapq.heappush(self.heap, (time.monotonic() + wait_s, next(self._order), attempt + 1, alert))
