@@ -110,3 +110,14 @@ def test_a_hung_exec_command_is_one_failed_try_within_its_bound(tmp_path):
                                   "discord=https://discord.example/api/webhooks/1/x", "exec=cat > /dev/null"])
 def test_every_sink_kind_parses(spec):
     assert sinks.parse(spec).kind == spec.split("=")[0]
+
+
+def test_the_readme_rule_file_reads_as_written():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = re.search(r"```toml\n(# <home>/alerts.toml\n.*?)```", text, re.S)
+    assert block, "README.md has no alerts.toml example"
+    got = R.parse(block.group(1))
+    assert [r.kind for r in got.rules] == ["threshold", "change", "zscore"] and got.stale_after == 600

@@ -174,7 +174,8 @@ def _follow_local(store, plans, *, json_out: bool, alerting=None) -> None:
             checked = time.monotonic()
             while any(t.is_alive() for t in threads):
                 time.sleep(0.2)
-                if alerting is not None and time.monotonic() - checked >= ALERT_EVERY_S:
+                since = time.monotonic() - checked
+                if alerting is not None and (changed and since >= ALERT_EVERY_S or since >= LIVENESS_EVERY_S):
                     checked = time.monotonic()
                     _local_alert_pass(store, alerting, changed)
         except KeyboardInterrupt:
@@ -185,15 +186,17 @@ def _follow_local(store, plans, *, json_out: bool, alerting=None) -> None:
                 t.join(timeout=5)
 
 
-ALERT_EVERY_S = 1.0
+ALERT_EVERY_S = 1.0        # runs that changed: scored and checked for alerts at most this often
+LIVENESS_EVERY_S = 5.0     # nothing changed: stale and crashed runs checked this often
 
 
 def _local_alert_pass(store, alerting, changed: set[str]) -> None:
     """Detection on the local runs that changed, then an alert pass over every followed run."""
     from marinctl.store import alerts as alerts_store
 
-    names, uids = list(changed), []
-    changed.difference_update(names)
+    names, uids = [], []
+    while changed:                      # the tail's threads add to it meanwhile: take what is there
+        names.append(changed.pop())
     if names:
         with store.connect() as con:
             uids = alerts_store.local_uids(con, names)

@@ -56,6 +56,7 @@ class Alerter:
         self.me = f"{socket.gethostname()}:{os.getpid()}"
         self.started = datetime.now(timezone.utc)
         self._runs: dict[str, _Run] = {}
+        self._unsaved: list[tuple[dict[str, Any], raised.Candidate]] = []
         self._lock = threading.Lock()
 
     @property
@@ -64,15 +65,24 @@ class Alerter:
         return list(self._runs)
 
     def after_pass(self, uids: Iterable[str] = (), *, detect: bool = False) -> list[dict[str, Any]]:
-        """New alerts after a sync pass over `uids` (and every run followed so far), oldest first."""
+        """New alerts after a sync pass over `uids` (and every run followed so far), oldest first.
+
+        The pass reads; only when it has something to store does it write (an idle follower
+        does not take the store's write lock every pass). What it could not store (a busy store)
+        is stored at the next pass."""
         with self._lock:
             changed = list(dict.fromkeys(uids))
             if detect and changed:
                 from marinctl.sync import derive
 
                 derive.after_sync(self.store, changed, realign=False)
+            with self.store.connect() as con:
+                self._unsaved += self._pass(con, list(dict.fromkeys([*self._runs, *changed])))
+            if not self._unsaved:
+                return []
             with self.store.transaction() as con:
-                fired = self._pass(con, list(dict.fromkeys([*self._runs, *changed])))
+                fired = self._store(con, self._unsaved)
+            self._unsaved = []
             if not fired:
                 return []
             with self.store.connect() as con:
@@ -88,9 +98,10 @@ class Alerter:
                                               now - PENDING_WITHIN)
 
     # -- one pass -------------------------------------------------------------------------------
-    def _pass(self, con: Connection, uids: list[str]) -> list[int]:
+    def _pass(self, con: Connection, uids: list[str]) -> list[tuple[dict[str, Any], raised.Candidate]]:
+        """What the followed runs raise now that the store holds no alert of (or holds a shorter one)."""
         now = datetime.now(timezone.utc)
-        fired: list[int] = []
+        out = []
         for run in alerts_store.run_facts(con, uids):
             mem = self._runs.get(run["uid"])
             if mem is None:
@@ -99,18 +110,28 @@ class Alerter:
                     continue
             for c in self._candidates(con, run, mem, now):
                 got = alerts_store.episode_of(con, run["uid"], c.cause, c.start, c.end, c.gap)
-                if got is not None:
-                    if c.end > got[1]:
-                        alerts_store.extend(con, got[0], c.end)
-                    continue
-                title, summary = wording.words(con, run, c)
-                fired.append(alerts_store.insert(con, {
-                    "run_uid": run["uid"], "cause": c.cause, "episode_start": c.start, "episode_end": c.end,
-                    "step": c.step, "metric": c.metric, "kind": c.kind, "cause_class": c.cause_class,
-                    "severity": c.severity, "title": title, "summary": summary,
-                    "command": wording.command(con, run, c.step), "details": c.details},
-                    claimed_by=self.me if self.claim else None,
-                    claimed_until=now + timedelta(seconds=CLAIM_S) if self.claim else None))
+                if got is None or c.end > got[1]:
+                    out.append((run, c))
+        return out
+
+    def _store(self, con: Connection, found: list[tuple[dict[str, Any], raised.Candidate]]) -> list[int]:
+        """Store each new episode's alert (looked up again: another follower may have stored it since)."""
+        now = datetime.now(timezone.utc)
+        fired: list[int] = []
+        for run, c in found:
+            got = alerts_store.episode_of(con, run["uid"], c.cause, c.start, c.end, c.gap)
+            if got is not None:
+                if c.end > got[1]:
+                    alerts_store.extend(con, got[0], c.end)
+                continue
+            title, summary = wording.words(con, run, c)
+            fired.append(alerts_store.insert(con, {
+                "run_uid": run["uid"], "cause": c.cause, "episode_start": c.start, "episode_end": c.end,
+                "step": c.step, "metric": c.metric, "kind": c.kind, "cause_class": c.cause_class,
+                "severity": c.severity, "title": title, "summary": summary,
+                "command": wording.command(con, run, c.step), "details": c.details},
+                claimed_by=self.me if self.claim else None,
+                claimed_until=now + timedelta(seconds=CLAIM_S) if self.claim else None))
         return fired
 
     def _baseline(self, con: Connection, run: dict[str, Any], now: datetime) -> _Run:
