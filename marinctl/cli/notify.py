@@ -9,12 +9,9 @@ pass; it never ends the follow.
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any, Iterable, Sequence
 
 from marinctl.cli import output
-
-PENDING_EVERY_S = 30.0   # how often undelivered alerts left by earlier followers are looked for
 
 
 def sinks_of(specs: Sequence[str] | None, *, follow: bool) -> list:
@@ -54,33 +51,22 @@ def rules_of(*, follow: bool):
 
 
 class Alerting:
-    """An Alerter (sync/alerts.py) and, with sinks, a Delivery (sync/delivery.py), for one follow."""
+    """The follow's FollowAlerts (sync/alerts.py), saying new alerts and failed deliveries on stderr."""
 
     def __init__(self, store, sinks: Sequence, rules, *, quiet: bool):
-        from marinctl.sync.alerts import Alerter
+        from marinctl.sync.alerts import FollowAlerts
 
-        self.rules = rules
-        self.alerter = Alerter(store, self.rules, claim=bool(sinks))
         self.quiet = quiet
-        self.delivery = None
-        self._pending_at = 0.0
         self._failing = False
-        if sinks:
-            from marinctl.sync.delivery import Delivery
-
-            self.delivery = Delivery(store, sinks, me=self.alerter.me, warn=self._warn, terminal=_terminal).start()
-            if not quiet:
-                output.info("alerts go to " + ", ".join(s.label for s in sinks))
+        self.alerts = FollowAlerts(store, rules, sinks, warn=self._warn, terminal=_terminal)
+        if sinks and not quiet:
+            output.info("alerts go to " + ", ".join(s.label for s in sinks))
 
     def after_pass(self, uids: Iterable[str], *, detect: bool = False) -> list[dict[str, Any]]:
         from marinctl.cli.boundary import is_interrupt
 
         try:
-            new = self.alerter.after_pass(uids, detect=detect)
-            pending = []
-            if self.delivery is not None and time.monotonic() - self._pending_at >= PENDING_EVERY_S:
-                pending = self.alerter.pending()
-                self._pending_at = time.monotonic() if self.alerter.runs else 0.0
+            new = self.alerts.after_pass(uids, detect=detect)
         except Exception as exc:  # noqa: BLE001 — a busy store: the next pass tries again
             if is_interrupt(exc):
                 raise
@@ -91,17 +77,13 @@ class Alerting:
         self._failing = False
         for a in new:
             self._say(a)
-        if self.delivery is not None:
-            self.delivery.submit(new + pending)
         return new
 
     def close(self) -> None:
-        if self.delivery is not None:
-            waiting = self.delivery.waiting
-            self.delivery.close()
-            if waiting and not self.quiet:
-                output.info(f"{waiting} alert deliveries not done; `marinctl alerts` lists them, and the next"
-                            " follower of these runs sends them")
+        waiting = self.alerts.close()
+        if waiting and not self.quiet:
+            output.info(f"{waiting} alert deliveries not done; `marinctl alerts` lists them, and the next"
+                        " follower of these runs sends them")
 
     def _say(self, alert: dict[str, Any]) -> None:
         if self.quiet:

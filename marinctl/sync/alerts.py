@@ -8,7 +8,8 @@ store has no alert of (one per run, cause and episode: store/alerts.py), words t
 explain's summary (analysis/alerts/wording.py), and returns them. A run's first pass is its
 baseline: what it holds then raises nothing (a run created after following began has no
 baseline: all of it is new). `detect=True` runs detection on the runs first, for loops whose
-sync pass does not (the local tail).
+sync pass does not (the local tail). `FollowAlerts` pairs it with a Delivery
+(sync/delivery.py): the one object a follow loop holds.
 
 With `claim=True` (a follower that delivers), each new alert is claimed for this process in
 the transaction that stores it, and `pending()` claims what earlier followers of the same
@@ -34,6 +35,7 @@ from marinctl.store import alerts as alerts_store
 from marinctl.sync.delivery import CLAIM_S
 
 PENDING_WITHIN = timedelta(hours=24)   # older undelivered alerts stay listed, not sent
+PENDING_EVERY_S = 30.0                 # how often a delivering follower looks for alerts others left undelivered
 PRIME_SPAN = 5_000                     # steps read before a baseline for a window's first values
 
 
@@ -201,3 +203,44 @@ class Alerter:
         if np.count_nonzero(np.isfinite(values)) < rows and upto + 1 - PRIME_SPAN > 0:
             steps, values = metrics.series(con, segs, key, None, upto + 1)
         return steps, values
+
+
+class FollowAlerts:
+    """What a follow loop holds for alerts: an Alerter and, with sinks, a Delivery beside it.
+
+    `sync --follow` (cli/notify.py) and, later, `watch` call `after_pass` after each sync pass:
+    new alerts are handed to every sink, and every PENDING_EVERY_S what earlier followers of the
+    same runs left undelivered is claimed and sent too. Errors are the caller's (a busy store:
+    the next pass tries again); `warn` hears of failed deliveries.
+    """
+
+    def __init__(self, store: Store, rules: Rules | None, sinks=(), *, warn=None, terminal=None):
+        self.alerter = Alerter(store, rules, claim=bool(sinks))
+        self.delivery = None
+        self._pending_at: float | None = None
+        if sinks:
+            from marinctl.sync.delivery import Delivery
+
+            self.delivery = Delivery(store, sinks, me=self.alerter.me, warn=warn, terminal=terminal).start()
+
+    def after_pass(self, uids: Iterable[str] = (), *, detect: bool = False) -> list[dict[str, Any]]:
+        """New alerts (oldest first), already on their way to the sinks."""
+        import time
+
+        new = self.alerter.after_pass(uids, detect=detect)
+        pending: list[dict[str, Any]] = []
+        if self.delivery is not None and self.alerter.runs and (
+                self._pending_at is None or time.monotonic() - self._pending_at >= PENDING_EVERY_S):
+            pending = self.alerter.pending()
+            self._pending_at = time.monotonic()
+        if self.delivery is not None:
+            self.delivery.submit(new + pending)
+        return new
+
+    def close(self) -> int:
+        """Stop delivering (each sink's current try ends, bounded); returns the tries still queued."""
+        if self.delivery is None:
+            return 0
+        waiting = self.delivery.waiting
+        self.delivery.close()
+        return waiting
