@@ -14,7 +14,12 @@ Each process command runs once before timing (page cache, `.pyc` files: the subp
 write bytecode even where the calling shell sets PYTHONDONTWRITEBYTECODE, as an installed
 marinctl would have it). Printed side by side with the measured figures.
 
-    .venv/bin/python bench/bench_explain.py [--steps 400000] [--cache DIR] [--rebuild] [--repeat 5]
+Issue 28: the same `explain step N --json` processes also run from a baseline tree (`--baseline
+REV`, default: where this branch left main; a temporary `git worktree`, removed at the end) on
+the same store, interleaved with this tree's, each tree's package first on PYTHONPATH; the
+ratio this / baseline is the median of the pair-by-pair ratios.
+
+    .venv/bin/python bench/bench_explain.py [--steps 400000] [--cache DIR] [--rebuild] [--repeat 5] [--baseline REV]
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -69,6 +75,7 @@ def main() -> None:
     ap.add_argument("--cache", default="/tmp/marinctl-bench")
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--baseline", default=None, help="revision to compare explain with (default: merge-base with main)")
     args = ap.parse_args()
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
@@ -118,38 +125,58 @@ def main() -> None:
         note = f"top: {top['kind']} {top['cause_class']}" if top else "no findings"
         figures.append((f"explain step {step:,} (in-process)", dt, 1.0, note))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env.update(MARINCTL_HOME=str(cache), PYTHONPATH=str(ROOT))
+    env.update(MARINCTL_HOME=str(cache))
     fresh = cache / "fresh.duckdb"          # never detected: explain reads without saved state
     shutil.copy(src, fresh)
+    rev = args.baseline or subprocess.run(["git", "merge-base", "HEAD", "main"], cwd=ROOT, capture_output=True,
+                                          text=True, check=True).stdout.strip()
+    base_tree = Path(tempfile.mkdtemp(prefix="marinctl-explain-base-")) / "tree"
+    subprocess.run(["git", "worktree", "add", "--detach", str(base_tree), rev], cwd=ROOT, check=True,
+                   capture_output=True)
+    trees = {"this": ROOT, "base": base_tree}
 
-    def process(*argv: str, db: Path = work) -> tuple[float, subprocess.CompletedProcess]:
+    def process(*argv: str, db: Path = work, tree: str = "this") -> tuple[float, subprocess.CompletedProcess]:
         cmd = [sys.executable, *argv] if argv[0] == "-c" else [sys.executable, "-m", "marinctl", "--db", str(db), *argv]
         t = time.perf_counter()
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+        done = subprocess.run(cmd, capture_output=True, text=True, env={**env, "PYTHONPATH": str(trees[tree])},
+                              cwd=trees[tree], timeout=120)
         return time.perf_counter() - t, done
 
+    short = rev[:7]
     runs = {
-        "interpreter only: `python -c pass`": ("-c", "pass"),
-        "explain's imports, no store (new process)": ("-c", "import marinctl.cli, marinctl.analysis.explain.explain"),
-        "baseline: `marinctl runs --json` (new process)": ("runs", "--json"),
-        "`marinctl explain step 500 --json` (new process)": ("explain", "step", "500", "--json"),
-        "the same, on a store never detected (no saved state)": ("explain", "step", "500", "--json"),
+        "interpreter only: `python -c pass`": ("this", ("-c", "pass")),
+        "explain's imports, no store (new process)": ("this", ("-c", "import marinctl.cli, marinctl.analysis.explain.explain")),
+        "baseline: `marinctl runs --json` (new process)": ("this", ("runs", "--json")),
+        "`marinctl explain step 500 --json` (new process)": ("this", ("explain", "step", "500", "--json")),
+        f"  the same, tree {short}": ("base", ("explain", "step", "500", "--json")),
+        "`marinctl explain step 250000 --json` (new process)": ("this", ("explain", "step", "250000", "--json")),
+        f"  the same, tree {short} ": ("base", ("explain", "step", "250000", "--json")),
+        "the same (step 500), on a store never detected": ("this", ("explain", "step", "500", "--json")),
     }
     times: dict[str, list[float]] = {name: [] for name in runs}
     proc = None
-    for i in range(args.repeat + 1):   # interleaved, so load on a shared machine hits all alike; the first is warm-up
-        for name, argv in runs.items():
-            dt, done = process(*argv, db=fresh if "never detected" in name else work)
-            if i:
-                times[name].append(dt)
-            if "explain" in name and done.returncode != 0:
-                proc = done
+    try:
+        for i in range(args.repeat + 1):   # interleaved, so load on a shared machine hits all alike; the first is warm-up
+            for name, (tree, argv) in runs.items():
+                dt, done = process(*argv, db=fresh if "never detected" in name else work, tree=tree)
+                if i:
+                    times[name].append(dt)
+                if "explain" in name and done.returncode != 0:
+                    proc = done
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(base_tree)], cwd=ROOT, capture_output=True)
+        shutil.rmtree(base_tree.parent, ignore_errors=True)
     med = {name: float(np.median(t)) for name, t in times.items()}
     base = med["baseline: `marinctl runs --json` (new process)"]
-    for name in runs:
+    names = list(runs)
+    for k, name in enumerate(names):
         note = f"median of {args.repeat}"
-        if "marinctl explain" in name or "never detected" in name:
-            note += f"; {med[name] / base:.2f}× baseline, +{med[name] - base:.3f} s"
+        if "explain" in name or "never detected" in name:
+            note += f"; {med[name] / base:.2f}× `runs`, +{med[name] - base:.3f} s"
+        if runs[name][0] == "base":
+            mine = names[k - 1]
+            pairs = [a / b for a, b in zip(times[mine], times[name])]
+            note += f"; this tree / {short}: {float(np.median(pairs)):.2f}"
         figures.append((name, med[name], 0.5, note))
     fresh.unlink(missing_ok=True)
 

@@ -10,11 +10,16 @@ run is described the same way everywhere. Facts come, in order, from:
    `optimizer.lr_schedule`, and data phases from `data.train_weights` when it is Levanter's
    staged mixture, a list of `[start_step, {domain: weight}]`. Flat top-level names
    (`num_train_steps`, `warmup`, `tokens_per_step`, …) are read too;
-2. for a *logged* hero or ladder run whose config lacks a fact, Marin's published rung table
-   (marinctl/rungs.py; data phases at the hero's switch steps, scaled to the run's length);
+2. for a *logged* run of the hero lineage (group `moe-hero-ep`, or a `hero-…` id: its forks)
+   or of the scaling ladder itself (group `…scaling-ladder`, or a `ladder-…` id, as
+   store/runs.find_rung_runs finds rungs) whose config lacks a fact, Marin's published rung
+   table (marinctl/rungs.py; data phases at the hero's switch steps, scaled to the run's length);
 3. otherwise the fact is unknown (None).
-A reproduction (`source = 'repro'` or `marinctl.repro_of` in its config) never takes the
-published rung's schedule: that rung is its overlay, not the run.
+A width in a run's name (`isoflop-moe-v16-1e+18-d768`, an ablation `…-d768-…`) does not make
+it a rung: only the hero lineage and the ladder runs follow the published tables. A small
+ablation in `moe-hero-ep-small-abl` is not the hero either. A reproduction (`source = 'repro'`
+or `marinctl.repro_of` in its config) never takes the published rung's schedule: that rung is
+its overlay, not the run.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Any
 
 CONFIG = "config"
 UNKNOWN = "unknown"
-HERO_GROUP_PREFIX = "moe-hero-ep"
+HERO_GROUP = "moe-hero-ep"
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,8 @@ def published_rung(run: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if is_hero_run(run):
         return rungs.rung("hero")
+    if not is_ladder_run(run):
+        return None
     text = f"{run.get('run_id') or ''} {run.get('name') or ''}"
     for r in rungs.rungs():
         if r["rung"] != "hero" and re.search(rf"(?<!\d){r['name']}(?!\d)", text):
@@ -109,8 +116,13 @@ def published_rung(run: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def is_hero_run(run: dict[str, Any]) -> bool:
-    group = run.get("run_group") or ""
-    return (group.startswith(HERO_GROUP_PREFIX) and "ladder" not in group) or (run.get("run_id") or "").startswith("hero-")
+    """A run of the hero lineage: Marin's hero group, or a `hero-<change>-step<N>k` fork of it."""
+    return (run.get("run_group") or "") == HERO_GROUP or (run.get("run_id") or "").startswith("hero-")
+
+
+def is_ladder_run(run: dict[str, Any]) -> bool:
+    """A run of Marin's scaling ladder itself (group `moe-hero-ep-scaling-ladder`, ids `ladder-d768`…)."""
+    return "scaling-ladder" in (run.get("run_group") or "") or (run.get("run_id") or "").startswith("ladder-")
 
 
 def repro_of(run: dict[str, Any]) -> str | None:

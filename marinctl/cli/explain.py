@@ -82,7 +82,8 @@ def anomalies(
                        [(numbers.count(r["step"]), _steps(r["start"], r["end"]), r["run"], r["metric"], r["kind"], r["score"],
                          r["cause_class"], r["severity"], numbers.count(r["detections"])) for r in rows])
     total = sum(r["detections"] for r in rows)
-    print(f"\n{len(rows)} incidents from {total} detections · every detection: marinctl anomalies --detail{more}"
+    print(f"\n{len(rows)} incident{'s' if len(rows) != 1 else ''} from {total} detection{'s' if total != 1 else ''}"
+          f" · every detection: marinctl anomalies --detail{more}"
           f" · details: marinctl explain step N{more}")
 
 

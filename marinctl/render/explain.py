@@ -75,7 +75,18 @@ def _finding_lines(i: int, f: dict[str, Any]) -> list[str]:
             lines.append("   by layer:  " + " · ".join(f"{_t(r['label'])} {N.percent(r['share'], signed=True)}"
                                                       for r in ev["by_layer"][:5]))
     if f["kind"] in ("sustained_rise", "throughput_collapse") and ev.get("steps"):
-        lines.append(f"   steps {N.count(ev.get('start'))}–{N.count(ev.get('end'))} ({N.count(ev['steps'])} steps)")
+        lines.append(f"   steps {N.count(ev.get('start'))}–{N.count(ev.get('end'))} ({N.count(ev['steps'])} steps)"
+                     + (f": {N.percent(ev.get('ratio'), 0)} of baseline {N.measured(ev.get('baseline_median'))}"
+                        if f["kind"] == "throughput_collapse" else ""))
+    if f["kind"] == "resume_mismatch":
+        lines.append(f"   vs {_t(ev.get('fork_parent'))} over steps {N.count(ev.get('start'))}–{N.count(ev.get('end'))}"
+                     f" ({_t(ev.get('phase'))}): median Δ {N.sig(ev.get('median_diff'), 3)}"
+                     f" ({N.percent(ev.get('median_rel_diff'), 2, signed=True)}); {N.count(ev.get('rows_over'))} of"
+                     f" {N.count(ev.get('rows'))} steps past the bar")
+    if f["kind"] == "adam_drift":
+        lines.append(f"   window steps {N.count(ev.get('start'))}–{N.count(ev.get('end'))}:"
+                     f" {N.percent(ev.get('rise'), 1, signed=True)} (Mann–Kendall p {N.sig(ev.get('p'), 2)});"
+                     f" loss {'moved' if ev.get('loss_moved') else 'still falling'}")
     if len(ev.get("event_steps") or []) > 1:
         lines.append("   event at logged steps " + ", ".join(N.count(s) for s in ev["event_steps"][:12])
                      + (" …" if len(ev["event_steps"]) > 12 else ""))

@@ -47,6 +47,15 @@ def insert(con: Connection, found: Sequence[Anomaly]) -> None:
         con.executemany(_INSERT, [_row(a) for a in found])
 
 
+def restore(con: Connection, found: Sequence[Anomaly]) -> None:
+    """Store each detection in place of the one a run holds at the same step, metric and kind
+    (a window finding that grew since an earlier pass stored it)."""
+    for a in found:
+        con.execute("DELETE FROM anomalies WHERE run_pk = ? AND step = ? AND metric = ? AND kind = ?",
+                    [a.run_pk, a.step, a.metric, a.kind])
+    insert(con, found)
+
+
 def clear(con: Connection, run_pk: int, from_step: int | None = None, keep_kinds: Sequence[str] = ()) -> None:
     """Delete a run's detections (from `from_step` on when given), keeping `keep_kinds`."""
     extra, params = _not_kinds(keep_kinds)
@@ -69,12 +78,16 @@ def replace_from(con: Connection, run_pk: int, from_step: int, found: Sequence[A
 
 # --- reading ---------------------------------------------------------------------------------
 
-def stored(con: Connection, target, lo: int | None = None, hi: int | None = None) -> list[dict[str, Any]]:
-    """Stored anomalies of a lineage target (each run's within its segment), by step."""
+def stored(con: Connection, target, lo: int | None = None, hi: int | None = None,
+           kinds: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Stored anomalies of a lineage target (each run's within its segment), by step; only `kinds` when given."""
     out = []
     for run, (pk, slo, shi) in zip(target.runs, target.segments):
         sql = "SELECT step, metric, kind, score, cause_class, details FROM anomalies WHERE run_pk = ?"
         params: list[Any] = [pk]
+        if kinds:
+            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+            params += list(kinds)
         for cond, val in (("step >= ?", slo), ("step < ?", shi), ("step >= ?", lo), ("step <= ?", hi)):
             if val is not None:
                 sql += f" AND {cond}"
@@ -84,6 +97,18 @@ def stored(con: Connection, target, lo: int | None = None, hi: int | None = None
                         "score": score, "cause_class": cause,
                         "details": json.loads(details) if isinstance(details, str) else (details or {})})
     return sorted(out, key=lambda a: (a["step"], a["metric"], a["kind"]))
+
+
+def of_run(con: Connection, run_pk: int, kinds: Sequence[str], below: int) -> list[Anomaly]:
+    """A run's stored detections of `kinds` at steps below `below`, as Anomalies."""
+    if not kinds:
+        return []
+    rows = con.execute(f"SELECT step, metric, kind, score, cause_class, details FROM anomalies WHERE run_pk = ?"
+                       f" AND step < ? AND kind IN ({','.join('?' * len(kinds))}) ORDER BY step",
+                       [run_pk, below, *kinds]).fetchall()
+    return [Anomaly(run_pk, int(step), metric, kind, score if score is not None else float("nan"), cause,
+                    json.loads(details) if isinstance(details, str) else (details or {}))
+            for step, metric, kind, score, cause, details in rows]
 
 
 def in_range(con: Connection, run_pks: Sequence[int], lo: int, hi: int) -> list[tuple[int, str, str, float | None]]:

@@ -7,8 +7,12 @@ match, history was rewritten (a W&B rewind) and the pass reports a `rewind` at t
 differing step and re-scores from there. A logit-growth episode still under way that began
 before the steps re-scored pulls the start back to its onset (at most LOOKBACK steps), so
 the lm_head drift it explains is replaced by it even when an earlier pass stored that drift
-before the trend was clear. A run scored by other detectors (DETECTORS, stamped in the pass's
-memory) is scored afresh, whole: what an older release stored is what it wrongly found too.
+before the trend was clear. A window finding that began before the steps re-scored and still
+reaches into them (a throughput collapse, an Adam-group drift, a resume mismatch) is stored
+again, longer, in place of the one an earlier pass stored (`updated`); a collapse still under
+way at the last step is carried to the next pass with its frozen baseline (memory `open`). A
+run scored by other detectors (DETECTORS, stamped in the pass's memory) is scored afresh,
+whole: what an older release stored is what it wrongly found too.
 
 Nothing here writes: a pass returns a `Detection`, and the sync pipeline stores it
 (sync/derive.py) — anomalies and the new position in one transaction.
@@ -22,13 +26,15 @@ from typing import Any
 
 from marinctl.analysis.detect import detectors as D
 from marinctl.domain import Anomaly
-from marinctl.store import Connection, history, metrics, state
+from marinctl.store import Connection, anomalies, history, metrics, state
 
 REVISIT = 100               # steps re-scored at each incremental pass (episodes straddling the watermark)
 FINGERPRINT_EVERY = 500     # steps between stored _timestamp fingerprints (rewind detection)
 # Bump when what the detectors (or the parameter roles they read) find changes. 2: RMSNorm gains
 # (`rms_attn.weight`) and embed_gated_norm's matrices get their own update rule (analysis/explain/roles.py).
-DETECTORS = 2
+# 3: Marin's runbook incidents (throughput windows, Adam-group drift, resume mismatch, classed
+# excursions) and each detection's logging interval (incidents.py groups by it).
+DETECTORS = 3
 
 
 @dataclass
@@ -47,6 +53,7 @@ class Detection:
     rewound_at: int | None = None
     rewind: Anomaly | None = None
     full: bool = False                   # a full pass: every earlier detection (but rewinds) is void
+    updated: list[Anomaly] = field(default_factory=list)   # window findings begun before replace_from, stored again
     position: int | None = None          # last step scored; None: nothing to remember
     memory: dict[str, Any] = field(default_factory=dict)
 
@@ -78,14 +85,20 @@ def incremental(con: Connection, run_pk: int) -> Detection:
     if leaves and (not refs or len(leaves) != extra.get("ref_leaves")):   # new leaves in the store since
         refs = D.hyperball_refs(con, fr, leaves)
     trends: list = []
-    out.found = D.scan(con, fr, emit_lo, None, refs=refs, trends_out=trends)
+    carry = {} if out.rewound_at is not None else (extra.get("open") or {})
+    carried: dict[str, Any] = {}
+    out.found = D.scan(con, fr, emit_lo, None, refs=refs, trends_out=trends, carry=carry, carry_out=carried,
+                       extended_out=out.updated)
     onset = min((a.details["start"] for a in trends if a.details["end"] >= emit_lo), default=None)
     if onset is not None and onset < emit_lo:
         emit_lo = max(onset, fr.own_lo, emit_lo - D.LOOKBACK)
-        out.found = D.scan(con, fr, emit_lo, None, refs=refs)
+        carried, out.updated = {}, []
+        out.found = D.scan(con, fr, emit_lo, None, refs=refs, carry=carry, carry_out=carried, extended_out=out.updated)
     out.replace_from = emit_lo
+    if out.rewound_at is None:
+        out.found, out.updated = _continued(con, run_pk, emit_lo, out.found, out.updated)
     kept = [] if out.rewound_at is not None else [f for f in extra.get("fingerprints") or [] if int(f[0]) % FINGERPRINT_EVERY == 0]
-    out.position, out.memory = last, _memory(con, fr, last, refs, len(leaves), kept)
+    out.position, out.memory = last, _memory(con, fr, last, refs, len(leaves), kept, carried)
     return out
 
 
@@ -94,11 +107,47 @@ def full(con: Connection, run_pk: int) -> Detection:
     fr = D.frame(con, run_pk)
     leaves = D.hyperball_leaves(con, fr)
     refs = D.hyperball_refs(con, fr, leaves) if leaves else {}
-    out = Detection(run_pk, fr.run["uid"], D.scan(con, fr, fr.own_lo, None, refs=refs), fr.own_lo, full=True)
+    carried: dict[str, Any] = {}
+    out = Detection(run_pk, fr.run["uid"], D.scan(con, fr, fr.own_lo, None, refs=refs, carry_out=carried), fr.own_lo,
+                    full=True)
     last = metrics.step_range(con, [(run_pk, None, None)])[1]
     if last is not None:
-        out.position, out.memory = last, _memory(con, fr, last, refs, len(leaves))
+        out.position, out.memory = last, _memory(con, fr, last, refs, len(leaves), open_=carried)
     return out
+
+
+def _continued(con: Connection, run_pk: int, emit_lo: int, found: list[Anomaly],
+               updated: list[Anomaly]) -> tuple[list[Anomaly], list[Anomaly]]:
+    """Window findings of this pass that continue one stored before `emit_lo` (same kind and cause,
+    overlapping windows) take its step and metric — the window's identity — and its start when
+    earlier, and replace it (`updated`): a pass that reads less of the past re-finds a long window
+    later than where it began, and a window is one finding however many passes see it."""
+    stored = anomalies.of_run(con, run_pk, D.WINDOW_KINDS, emit_lo)
+    if not stored:
+        return found, updated
+    keep, again = [], []
+    was_updated = {id(a) for a in updated}
+    for a in found + updated:
+        old = None
+        if a.kind in D.WINDOW_KINDS and "start" in a.details:
+            old = next((o for o in stored if o.kind == a.kind and o.cause_class == a.cause_class
+                        and o.details.get("start", o.step) <= a.details["end"]
+                        and a.details["start"] <= o.details.get("end", o.step)), None)
+        if old is None:
+            (again if id(a) in was_updated else keep).append(a)
+            continue
+        a.step, a.metric = old.step, old.metric
+        a.details["start"] = min(a.details["start"], old.details.get("start", old.step))
+        again.append(a)
+    return keep, again
+
+
+def settled(con: Connection, uid: str, hi: int) -> bool:
+    """Whether the last pass over a run scored every step up to `hi` for good: by these detectors,
+    and far enough past `hi` that no later pass re-scores it (REVISIT). What is stored there is
+    then what the detectors would find again (explain reads it instead of re-running them)."""
+    position, extra = state.detection(con, uid)
+    return position is not None and extra.get("detectors") == DETECTORS and hi + REVISIT <= position
 
 
 def saved_refs(con: Connection, uid: str) -> dict[str, tuple[int, float]] | None:
@@ -108,14 +157,15 @@ def saved_refs(con: Connection, uid: str) -> dict[str, tuple[int, float]] | None
 
 
 def _memory(con: Connection, fr: D.RunFrame, last: int, refs: dict, leaves: int,
-            kept: list[list[float]] | None = None) -> dict[str, Any]:
+            kept: list[list[float]] | None = None, open_: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the next pass needs: `_timestamp` fingerprints (those still valid, plus new ones past
-    them), the hyperball references and how many leaves they were read for, and which detectors."""
+    them), the hyperball references and how many leaves they were read for, the windows still
+    under way, and which detectors."""
     kept = kept or []
     since = int(kept[-1][0]) + 1 if kept else 0
     fingerprints = kept + [[s, v] for s, v in history.sampled(con, fr.run_pk, D.TIMESTAMP, last, FINGERPRINT_EVERY, since)]
     return {"fingerprints": fingerprints, "refs": {k: list(v) for k, v in refs.items()}, "ref_leaves": leaves,
-            "detectors": DETECTORS}
+            "open": open_ or {}, "detectors": DETECTORS}
 
 
 def _rewound_at(con: Connection, fr: D.RunFrame, fps: list[list[float]]) -> int | None:

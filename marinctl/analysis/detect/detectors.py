@@ -15,15 +15,22 @@ Detectors and thresholds (each with its source; peers.md §B.1, marin.md §5):
   full window) and thresholds ×1.5 until warm-up ends (BLOOM's glitches cluster there but so
   does fast healthy movement); router metrics only after warm-up (Marin: "sudden z-loss or
   router-metric change (after warmup)", marin.md §5).
-- **sustained_rise**: loss > 1.5 × trend (trailing 200-step median) for ≥ 10 consecutive
-  steps — Marin's own alert "> 50% above trend for ~10+ steps" (marin.md §5).
+- **sustained_rise**: loss > 1.5 × trend (trailing 200-row median) for ≥ 10 consecutive
+  steps (and ≥ 3 logged rows) — Marin's hero runbook alert "> 50% above trend for ~10+ steps"
+  (`.agents/skills/manage-hero-run/SKILL.md`). Its cause is read from its shape, as the spike
+  events' is (episodes.py): a grad-norm spike in the `PRECURSOR_ROWS` rows before it or inside
+  it (robust z > 6 over the 100 rows before) → `optimizer`; a normal grad norm and a loss back
+  within `RETURN_RATIO` = 1.1 × trend over the next `RETURN_ROWS` = 5 rows → `data_batch` (a run
+  of bad batches: the model was fine, the data was not; PaLM and OLMo 2 saw loss spikes from
+  particular batches); neither → `optimizer` at low confidence (it neither came from a
+  gradient nor went away). Loss spikes and level shifts inside its window are this excursion.
 - **nonfinite**: any NaN/Inf value (Marin: instability = NaN/Inf; grug crashes on them).
 - **step_gap**, **resume** (wall-clock gap > max(10× median step time, 10 min) with no step
   gap; the watcher's SLOW rule and Marin's 30-min wedge alert bound it), **fork** (from the
   lineage), **rewind** (history the store saw before was rewritten; see analysis/detect/detection.py).
-- **throughput_collapse**: 30-step median tokens/s below 0.75 × the median of the 1,000
-  steps before — Marin "sustained 20–30% below baseline" (marin.md §5); watcher SLOW uses
-  the median of 30 step times > 1.25× baseline.
+- **throughput_collapse**: one window per collapse with a frozen baseline (throughput.py):
+  Marin's runbook "sustained 20–30% below baseline over several check cadences"; the watcher's
+  SLOW rule gives the 30-row median.
 - **hyperball_drift**: a MuonH/AdamH matrix norm more than 1% from its first logged value.
   Those optimizers project every step back onto the Frobenius sphere (marin.md §1.4, §3.2),
   so their norms hold to ~1e-6 in fp32; 1% is a marinctl choice (no published number).
@@ -37,9 +44,15 @@ Detectors and thresholds (each with its source; peers.md §B.1, marin.md §5):
   anomalous (otherwise the gap is the explanation, reported as `step_gap`).
 - **step_gap** compares the steps between rows with the run's median logging interval: a run
   logging every 10 steps has no gap at every row; a skip of at least two intervals is one.
+- **adam_drift**: an Adam-trained (no weight decay) leaf whose norm keeps growing faster than
+  it did — a trend test classed by the leaf's role and whether the loss moved (drift.py;
+  Marin issue #8818, PR #8833).
+- **resume_mismatch**: a fork child's loss against its parent's over the steps both logged
+  (resume.py; the runbook's 0.002 during catch-up, 1% after the post-resume warm-up).
 - Spike scores become events (episodes.py: one event per cause, level shifts apart, schedule
   changes quiet), logit growth is a trend test (trends.py), NaN/Inf and overflow markers are
-  `numerics` (numerics.py).
+  `numerics` (numerics.py). Window findings (WINDOW_KINDS) carry `start`/`end`; every finding
+  carries its key's logging interval (`interval`), which incidents.py groups by.
 """
 
 from __future__ import annotations
@@ -51,7 +64,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from marinctl.analysis.detect import episodes, numerics, trends
+from marinctl.analysis.detect import drift, episodes, numerics, resume, throughput, trends
 from marinctl.analysis.explain import roles as roles_mod
 from marinctl.domain import Anomaly
 from marinctl.store import Connection, history, rolling
@@ -71,15 +84,15 @@ SKIP_BEFORE = 200           # watcher: skip steps < 200
 TREND_WINDOW = 200
 RISE_RATIO = 1.5            # Marin: > 50% above trend
 RISE_STEPS = 10             # Marin: ~10+ steps
-TPUT_RECENT, TPUT_BASE, TPUT_RATIO = 30, 1000, 0.75
-TPUT_MIN_BASE = 100         # baseline points before a throughput drop counts
+RETURN_ROWS, RETURN_RATIO = 5, 1.1   # marinctl: "back to trend at once" for a data_batch excursion
+GRAD_BASE_ROWS = 100        # grad-norm rows before an excursion that say what is normal
 RESUME_FACTOR, RESUME_MIN_S = 10.0, 600.0
 DRIFT_REL = 0.01
 NORM_WINDOW = 50            # watch points
 NORM_MIN_POINTS = 10
 NORM_MIN_DLOG = 1e-4
 ROUTER_MIN_RISE = 0.005
-LOOKBACK = TPUT_BASE + TPUT_RECENT + 70   # steps read before the first step scored
+LOOKBACK = throughput.TPUT_BASE + throughput.TPUT_RECENT + 70   # steps read before the first step scored
 REF_SPAN = 10_000           # steps read first for the hyperball references (their first logged values)
 LOOKAHEAD = 200             # steps read after the last one scored: does a spike come back (episodes.py)?
 
@@ -92,6 +105,10 @@ _SPIKE_KEYS = (
     (DROP, "raw", 1, SPIKE_Z, 1e-4, "drop_fraction_rise", "moe_routing", True),
     (OVERFLOW, "raw", 1, SPIKE_Z, 1e-4, "overflow_rise", "moe_routing", True),
 )
+
+# findings over a window (`start`–`end`), one per window: a later pass lengthens them, explain finds
+# them from any step inside
+WINDOW_KINDS = ("throughput_collapse", "adam_drift", "logit_growth", "sustained_rise", "resume_mismatch")
 
 Owner = Callable[[int], int]   # step -> run_pk the finding belongs to (a stitched lineage has several)
 Series = tuple[np.ndarray, np.ndarray]
@@ -109,6 +126,7 @@ class RunFrame:
     warmup_end: int
     roles: roles_mod.RecipeRoles
     schedule: list[tuple[int, str]] = field(default_factory=list)   # (step, what): changes the schedule announces
+    parent_pk: int | None = None     # a fork child's parent in the store (its loss after the fork is compared)
 
     @property
     def run_pk(self) -> int:
@@ -131,7 +149,8 @@ def frame_of(con: Connection, run: dict[str, Any]) -> RunFrame:
     # detection reads the parent only up to the fork; the run itself to its end
     segs[-1] = (segs[-1][0], segs[-1][1], None)
     own_lo = segs[-1][1] or 0
-    return RunFrame(run, segs, own_lo, warmup_end_step(run), roles_mod.recipe_roles(run), schedule_points(run))
+    parent = chain[-2]["run_pk"] if len(chain) > 1 and run.get("fork_step") is not None else None
+    return RunFrame(run, segs, own_lo, warmup_end_step(run), roles_mod.recipe_roles(run), schedule_points(run), parent)
 
 
 def split_keys(con: Connection, data: pa.Table) -> dict[str, Series]:
@@ -199,40 +218,72 @@ def _emit_island(first: int, last: int, emit_lo: int, emit_hi: int | None, overl
 
 
 def sustained_rise(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner: Owner,
-                   overlap=False) -> list[Anomaly]:
+                   overlap=False, cols: dict[str, Series] | None = None) -> list[Anomaly]:
+    """Loss excursions > RISE_RATIO × trend for RISE_STEPS steps, each classed by its shape."""
+    cols = cols if cols is not None else split_keys(con, data)
     rows = rolling.above_trend(con, data, LOSS, TREND_WINDOW, MIN_BASELINE, RISE_RATIO, SKIP_BEFORE)
     info = {int(s): (v, t) for s, v, t in rows}
+    interval = episodes.interval_of(cols.get(LOSS, (np.empty(0, np.int64), None))[0])
     out = []
-    for first, last, n in _islands(sorted(info)):
-        if n < RISE_STEPS or not _emit_island(first, last, emit_lo, emit_hi, overlap):
+    for first, last, n in _islands(sorted(info), interval):
+        if last - first + interval < RISE_STEPS or n < 3 or not _emit_island(first, last, emit_lo, emit_hi, overlap):
             continue
-        ratios = [info[s][0] / info[s][1] for s in range(first, last + 1) if s in info]
-        out.append(Anomaly(owner(first), first, LOSS, "sustained_rise", max(ratios), "optimizer",
-                           {"start": first, "end": last, "steps": n, "value": info[first][0], "baseline": info[first][1],
-                            "max_ratio": max(ratios), "threshold_ratio": RISE_RATIO, "min_steps": RISE_STEPS}))
+        ratios = [info[s][0] / info[s][1] for s in info if first <= s <= last]
+        trend = info[first][1]
+        cause, conf, why = excursion_cause(cols, first, last, trend, fr.warmup_end)
+        out.append(Anomaly(owner(first), first, LOSS, "sustained_rise", max(ratios), cause,
+                           {"start": first, "end": last, "steps": last - first + interval, "rows": n, "value": info[first][0],
+                            "baseline": trend, "max_ratio": max(ratios), "threshold_ratio": RISE_RATIO,
+                            "min_steps": RISE_STEPS, "confidence": conf, **why}))
     return out
 
 
-def throughput(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner: Owner,
-               overlap=False, cols: dict[str, Series] | None = None) -> list[Anomaly]:
-    """Sustained slowdowns. Tokens/s and step duration are per-step rates already, so a logging
-    gap leaves them comparable; the windows count logged rows."""
+def excursion_cause(cols: dict[str, Series], first: int, last: int, trend: float,
+                    warmup_end: int) -> tuple[str, float, dict[str, Any]]:
+    """(cause, confidence, evidence) of a loss excursion over [first, last]: see the module doc."""
+    why: dict[str, Any] = {"return_rows": RETURN_ROWS, "return_ratio": RETURN_RATIO}
+    gs, gv = cols.get(GRAD, (np.empty(0, np.int64), np.empty(0)))
+    ok = np.isfinite(gv) & (gv > 0)
+    gs, gy = gs[ok], np.log(gv[ok])
+    lead = max(int(np.searchsorted(gs, first)) - episodes.PRECURSOR_ROWS, 0)
+    base = gy[max(lead - GRAD_BASE_ROWS, 0):lead]
+    grad_z = None
+    if len(base) >= MIN_BASELINE:
+        med = float(np.median(base))
+        mad = max(float(np.median(np.abs(base - med))), 1e-4)
+        inside = gy[lead:int(np.searchsorted(gs, last, side="right"))]
+        if len(inside):
+            k = int(np.argmax(inside))
+            grad_z = 0.6745 * (float(inside[k]) - med) / mad
+            why.update(grad_z=grad_z, grad_peak_step=int(gs[lead + k]), grad_peak_value=float(np.exp(inside[k])),
+                       grad_baseline=float(np.exp(med)))
+    bar = CO_SPIKE_Z * (WARMUP_FACTOR if first < warmup_end else 1.0)
+    why["grad_moved"] = None if grad_z is None else bool(grad_z > bar)
+    if why["grad_moved"]:
+        return "optimizer", 0.8, why
+    ls, lv = cols.get(LOSS, (np.empty(0, np.int64), np.empty(0)))
+    after = lv[int(np.searchsorted(ls, last, side="right")):][:RETURN_ROWS]
+    after = after[np.isfinite(after)]
+    if len(after) >= min(RETURN_ROWS, 3) and trend:
+        why.update(after_ratio=float(np.median(after)) / trend, returned=float(np.median(after)) / trend <= RETURN_RATIO)
+        if why["returned"] and why["grad_moved"] is False:
+            return "data_batch", 0.75, why
+    else:
+        why["returned"] = None    # the live edge: not known yet
+    return "optimizer", 0.5, why
+
+
+def throughput_collapses(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner: Owner,
+                         overlap=False, cols: dict[str, Series] | None = None, open_: throughput.Open | None = None,
+                         ) -> tuple[list[Anomaly], list[Anomaly], throughput.Open | None]:
+    """Sustained slowdowns as windows (throughput.py): (in range, begun before `emit_lo` and still
+    reaching into it, the one still under way). Tokens/s and step duration are per-step rates,
+    so a logging gap leaves them comparable; the windows count logged rows."""
     cols = cols if cols is not None else split_keys(con, data)
-    key, sign = (TPS, 1.0) if TPS in cols else (DURATION, -1.0)
-    rows = rolling.rate_drops(con, data, key, invert=sign < 0, recent=TPUT_RECENT, base=TPUT_BASE,
-                              min_points=TPUT_MIN_BASE, ratio=TPUT_RATIO)
-    info = {int(s): (r, b) for s, r, b in rows}
-    out = []
-    for first, last, n in _islands(sorted(info)):
-        if not _emit_island(first, last, emit_lo, emit_hi, overlap):
-            continue
-        r, b = info[first]
-        worst = min(info[s][0] / info[s][1] for s in info if first <= s <= last)
-        out.append(Anomaly(owner(first), first, key, "throughput_collapse", 1.0 - worst, "infrastructure",
-                           {"start": first, "end": last, "steps": n, "recent_median": r if sign > 0 else 1 / r,
-                            "baseline_median": b if sign > 0 else 1 / b, "ratio": worst, "threshold_ratio": TPUT_RATIO,
-                            "recent_window": TPUT_RECENT, "baseline_window": TPUT_BASE}))
-    return out
+    found, still = throughput.collapses(con, data, cols, owner, open_=open_, reaches_end=emit_hi is None)
+    inside = [a for a in found if episodes.in_range(a, emit_lo, emit_hi, overlap)]
+    before = [a for a in found if not overlap and a.step < emit_lo and a.details["end"] >= emit_lo]
+    return inside, before, still
 
 
 def timing(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner: Owner,
@@ -385,9 +436,14 @@ def logit_growth(fr: RunFrame, cols: dict[str, Series], head_keys, logit_keys, o
 
 
 def _absorbed(a: Anomaly, episode: Anomaly) -> bool:
-    """Whether a finding is part of a logit-growth episode: inside its window and about the output
-    layer (lm_head drift, an lm_head-dominated norm jump) or the loss rising with it."""
+    """Whether a finding is part of a logit-growth episode (inside its window and about the output
+    layer — lm_head drift, an lm_head-dominated norm jump — or the loss rising with it), or of a
+    sustained loss excursion (a loss spike or level shift inside it)."""
     d = episode.details
+    if episode.kind == "sustained_rise":
+        every = d.get("interval") or 1
+        return (a.metric == LOSS and a.kind in ("spike", "level_shift")
+                and d["start"] - episodes.PRECURSOR_ROWS * every <= a.step <= d["end"])
     if not (d["start"] - 10 <= a.step <= d["end"]):
         return False
     if a.kind == "hyperball_drift":
@@ -399,8 +455,9 @@ def _absorbed(a: Anomaly, episode: Anomaly) -> bool:
 
 
 def hand_over(found: list[Anomaly]) -> list[Anomaly]:
-    """Findings a logit-growth episode explains are listed in its evidence, not reported apart."""
-    episodes_ = [a for a in found if a.kind == "logit_growth"]
+    """Findings a logit-growth episode or a sustained excursion explains are listed in its
+    evidence, not reported apart."""
+    episodes_ = [a for a in found if a.kind in ("logit_growth", "sustained_rise")]
     out = []
     for a in found:
         owner_ep = next((e for e in episodes_ if a is not e and _absorbed(a, e)), None)
@@ -415,9 +472,13 @@ def hand_over(found: list[Anomaly]) -> list[Anomaly]:
 
 def scan(con: Connection, fr: RunFrame, emit_lo: int, emit_hi: int | None = None, *,
          overlap: bool = False, refs: dict[str, tuple[int, float]] | None = None, owner: Owner | None = None,
-         trends_out: list[Anomaly] | None = None) -> list[Anomaly]:
+         trends_out: list[Anomaly] | None = None, carry: dict[str, Any] | None = None,
+         carry_out: dict[str, Any] | None = None, extended_out: list[Anomaly] | None = None) -> list[Anomaly]:
     """Every detector over steps [emit_lo, emit_hi), reading LOOKBACK steps of history before.
-    `trends_out` collects every logit-growth episode seen in what was read, in range or not."""
+    `trends_out` collects every logit-growth episode seen in what was read, in range or not;
+    `extended_out` the window findings begun before `emit_lo` that still reach into it (the
+    pass stores them again, longer); `carry` / `carry_out` the windows still under way at the
+    last row (a throughput collapse and its frozen baseline), from and for the next pass."""
     owner = owner or (lambda step: fr.run_pk)
     read_lo = max(emit_lo - LOOKBACK, 0)
     read_hi = None if emit_hi is None else emit_hi + LOOKAHEAD
@@ -427,9 +488,15 @@ def scan(con: Connection, fr: RunFrame, emit_lo: int, emit_hi: int | None = None
     dense = history.frame(con, fr.segments, [LOSS, GRAD, TPS, DURATION, TIMESTAMP, ENTROPY, ZLOSS, DROP, OVERFLOW, PNORM, CE,
                                              *[k for k in extra if k in set(keys)]], read_lo, read_hi)
     cols = split_keys(con, dense)
+    extended: list[Anomaly] = []
     found = spikes(con, fr, dense, emit_lo, emit_hi, owner, overlap, cols)
-    found += sustained_rise(con, fr, dense, emit_lo, emit_hi, owner, overlap)
-    found += throughput(con, fr, dense, emit_lo, emit_hi, owner, overlap, cols)
+    found += sustained_rise(con, fr, dense, emit_lo, emit_hi, owner, overlap, cols)
+    inside, before, still = throughput_collapses(con, fr, dense, emit_lo, emit_hi, owner, overlap, cols,
+                                                 throughput.Open.of((carry or {}).get("collapse")))
+    found += inside
+    extended += before
+    if carry_out is not None and still is not None:
+        carry_out["collapse"] = still.as_memory()
     own_lo = fr.own_lo if not overlap else 0
     found += timing(con, fr, dense, max(emit_lo, own_lo), emit_hi, owner, cols, since=own_lo)
     found += nonfinite(con, fr, emit_lo, emit_hi, owner)
@@ -440,12 +507,48 @@ def scan(con: Connection, fr: RunFrame, emit_lo: int, emit_hi: int | None = None
         refs = refs if refs is not None else hyperball_refs(con, fr, leaves)
         watch = history.frame(con, fr.segments, [k for k in leaves if k in refs], max(emit_lo - 20 * 10, 0), emit_hi)
         found += hyperball_drift(con, fr, watch, refs, emit_lo, emit_hi, owner)
+    for a in adam_drifts(con, fr, keys, cols, emit_lo, emit_hi, owner) + resume_mismatch(con, fr, emit_lo, emit_hi, owner):
+        if episodes.in_range(a, emit_lo, emit_hi, overlap):
+            found.append(a)
+        elif not overlap and a.step < emit_lo <= a.details["end"]:
+            extended.append(a)
     growth = logit_growth(fr, cols, heads, trends.max_logit_keys(keys), owner)
     if trends_out is not None:
         trends_out.extend(growth)
-    kept = hand_over(found + growth)
+    kept = hand_over(stamp_intervals(found + growth, cols))
     kept = [a for a in kept if a.kind != "logit_growth" or episodes.in_range(a, emit_lo, emit_hi, overlap)]
-    return stamp_intervals(kept, cols)
+    if extended_out is not None:
+        extended_out.extend(stamp_intervals(extended, cols))
+    return kept
+
+
+def adam_drifts(con: Connection, fr: RunFrame, keys: Sequence[str], cols: dict[str, Series], emit_lo: int,
+                emit_hi: int | None, owner: Owner) -> list[Anomaly]:
+    """Adam-group norm drift (drift.py) over what a pass scores, reading the windows it needs before."""
+    leaves = drift.adam_leaves(keys, fr.roles)
+    if not leaves:
+        return []
+    block = drift.block_of(cols[PNORM][0]) if PNORM in cols else drift.BLOCK_STEPS
+    lo = max(emit_lo - drift.LOOKBACK_BLOCKS * block, 0)
+    watch = split_keys(con, history.frame(con, fr.segments, [*leaves, LOSS], lo, None if emit_hi is None else emit_hi + block))
+    return drift.adam_drift(watch, leaves, fr.roles, start_after=max(SKIP_BEFORE, fr.warmup_end), loss=watch.get(LOSS),
+                            owner=owner)
+
+
+def resume_mismatch(con: Connection, fr: RunFrame, emit_lo: int, emit_hi: int | None, owner: Owner) -> list[Anomaly]:
+    """A fork child's loss against its parent's over the steps both logged after the fork (resume.py)."""
+    fork = fr.run.get("fork_step")
+    if fr.parent_pk is None or fork is None:
+        return []
+    lo, hi = int(fork) + 1, int(fork) + resume.SPAN + 1
+    if hi <= emit_lo or (emit_hi is not None and lo >= emit_hi):
+        return []
+    child = split_keys(con, history.frame(con, [(fr.run_pk, lo, hi)], [LOSS], lo, hi)).get(LOSS)
+    parent = split_keys(con, history.frame(con, [(fr.parent_pk, lo, hi)], [LOSS], lo, hi)).get(LOSS)
+    if child is None or parent is None:
+        return []
+    found = resume.compare(child, parent, fork_step=int(fork), parent_run=fr.run.get("fork_parent"), owner=owner)
+    return [found] if found is not None else []
 
 
 def stamp_intervals(found: list[Anomaly], cols: dict[str, Series]) -> list[Anomaly]:

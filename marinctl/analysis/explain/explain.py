@@ -1,9 +1,11 @@
 """`explain step N`: what is unusual at or near a step — every cause, once each, ranked, with
 evidence and a reason.
 
-Findings come from the same detectors sync runs (detectors.py), re-run locally on the
-full-resolution history around N — so explain works even before detection has run — merged
-with stored detections (episodes that started earlier). The local run reads the run's
+Findings come from the same detectors sync runs (detectors.py): where sync's detection has
+settled around N (detection.settled) what it stored is read, else the detectors are re-run
+locally on the full-resolution history around N — so explain works even before detection has
+run — and merged with stored detections (episodes that started earlier; a window, however
+long ago it began, when N lies inside it). The local run reads the run's
 lineage (a fork child's parent up to the fork), as detection does, so the first steps after a
 fork have a baseline. Each finding carries its evidence (values vs baseline, robust scores,
 exact Δ‖θ‖² shares, an event's steps, a trend's window), a cause class from the contract's
@@ -32,6 +34,7 @@ from marinctl.store.lineage import Target
 __all__ = ["ROLE_NOTES", "anomalies", "explain", "wandb_url"]
 
 NEAR = 30            # steps either side of N searched for findings (at least 3 logged rows)
+WINDOW_KINDS = D.WINDOW_KINDS
 
 
 def wandb_url(run: dict[str, Any]) -> str | None:
@@ -119,6 +122,22 @@ def _interval(con: Connection, target: Target, step: int) -> int:
     return max(int(np.median(np.diff(steps))), 1) if len(steps) > 2 else 1
 
 
+def _settled(con: Connection, reading: Target, run: dict[str, Any], step: int, near: int) -> bool:
+    """Whether sync's detection already scored the steps around N for good, within one run's own
+    segment: then its stored findings are what the detectors would find here, and are read instead
+    of found again (most of explain's time on a hero-scale run)."""
+    seg = next(((lo, hi) for r, (_, lo, hi) in zip(reading.runs, reading.segments) if r["run_pk"] == run["run_pk"]), None)
+    if seg is None or (seg[0] is not None and step - near < seg[0]) or (seg[1] is not None and step + near >= seg[1]):
+        return False
+    return detection.settled(con, run["uid"], step + near + D.LOOKAHEAD)
+
+
+def _key(metric: str, kind: str, step: int) -> tuple:
+    """What makes a detection found here the same as one stored: a window's kind and first step
+    (its metric names the leaf that led it, which depends on how much was read)."""
+    return (kind, step) if kind in WINDOW_KINDS else (metric, kind, step)
+
+
 def explain(con: Connection, target: Target, step: int, metric: str | None = None) -> dict[str, Any]:
     """The contract's `explain step N --json` document for `target` at `step`."""
     lo, hi = _bounds(con, target)
@@ -135,17 +154,26 @@ def explain(con: Connection, target: Target, step: int, metric: str | None = Non
     interval = _interval(con, reading, step)
     near = max(NEAR, 3 * interval)
     owner_pk = lambda s: reading.run_at(s)["run_pk"]  # noqa: E731
-    refs = detection.saved_refs(con, run["uid"])
-    local = D.scan(con, fr, max(step - near, 0), step + near + 1, overlap=True, owner=owner_pk, refs=refs)
+    local = [] if _settled(con, reading, run, step, near) else D.scan(
+        con, fr, max(step - near, 0), step + near + 1, overlap=True, owner=owner_pk,
+        refs=detection.saved_refs(con, run["uid"]))
     found: dict[tuple, dict[str, Any]] = {}
     for a in local:
-        found[(a.metric, a.kind, a.step)] = {"run_pk": a.run_pk, "step": a.step, "metric": a.metric, "kind": a.kind,
-                                             "score": a.score, "cause_class": a.cause_class, "details": a.details}
-    for a in anomalies_store.stored(con, reading, step - 2000, step + near):
+        found[_key(a.metric, a.kind, a.step)] = {"run_pk": a.run_pk, "step": a.step, "metric": a.metric, "kind": a.kind,
+                                                 "score": a.score, "cause_class": a.cause_class, "details": a.details}
+    nearby = anomalies_store.stored(con, reading, step - 2000, step + near)
+    # a window stored by sync covers N however long ago it began (a collapse, a drift: one finding)
+    windows = anomalies_store.stored(con, reading, None, step - 2000, kinds=WINDOW_KINDS)
+    for a in nearby + windows:
         d = a["details"]
         end = d.get("end", a["step"])
-        if a["step"] >= step - near or (d.get("start") is not None and end >= step - near):
-            found.setdefault((a["metric"], a["kind"], a["step"]), a)
+        if not (a["step"] >= step - near or (d.get("start") is not None and end >= step - near)):
+            continue
+        key = _key(a["metric"], a["kind"], a["step"])
+        have = found.get(key)
+        # the same window found here and stored: the longer reading of it (here it ends where the read ended)
+        if have is None or (isinstance(end, int) and end > have["details"].get("end", have["step"])):
+            found[key] = a
     # lineage points the stitched view knows about (forks of earlier runs in the chain)
     for p in ctx_mod.lineage_points(reading, step, near):
         found.setdefault(("_lineage", "fork", p["step"]), {

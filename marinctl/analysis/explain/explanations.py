@@ -103,9 +103,11 @@ def explanation(a: dict[str, Any], recipe: roles_mod.RecipeRoles) -> str:
                 "down). No single step is a spike, which is why spike tests miss it. Usual fixes: a larger z-loss weight, "
                 "a lower LR, QK-norm for attention logits." + also)
     if kind == "sustained_rise":
-        return (f"From step {N.count(d.get('start'))} the loss stayed more than {N.percent(d.get('threshold_ratio', 1.5) - 1, 0)} "
-                f"above its trend for {N.count(d.get('steps'))} steps (up to {_v(d.get('max_ratio'))}× trend) — Marin's own "
-                "alert for a run that may be diverging rather than spiking and recovering.")
+        return _excursion(a)
+    if kind == "resume_mismatch":
+        return _resume_mismatch(d)
+    if kind == "adam_drift":
+        return _adam_drift(a)
     if kind == "nonfinite":
         return (f"{a['metric']} became {d.get('value')} at step {N.count(d.get('first_step'))} ({d.get('count')} non-finite "
                 "values in this window). NaN/Inf means a numerical overflow somewhere; Marin's trainer stops on a non-finite loss.")
@@ -132,9 +134,14 @@ def explanation(a: dict[str, Any], recipe: roles_mod.RecipeRoles) -> str:
                 f"{N.sig(d.get('median_step_s'), 3)} s): the job stopped and resumed. Restarts can shift metrics slightly "
                 "(data loader position, compiled kernels).")
     if kind == "throughput_collapse":
-        return (f"From step {N.count(d.get('start'))} throughput ran at {N.percent(d.get('ratio', 0), 0)} of its recent "
-                f"baseline for {N.count(d.get('steps'))} logged steps (Marin alerts at a sustained 20–30% drop). That is an "
-                "infrastructure problem — a slow node, network or storage — not a modelling one.")
+        took = (f", {N.sig(d['duration_s'] / 3600, 3)} h of wall clock" if isinstance(d.get("duration_s"), (int, float))
+                else "")
+        still = " It is still under way at the last logged step." if d.get("ongoing") else ""
+        return (f"From step {N.count(d.get('start'))} to {N.count(d.get('end'))} throughput ran at "
+                f"{N.percent(d.get('ratio', 0), 0)} of its baseline before the drop ({N.count(d.get('rows'))} logged "
+                f"rows{took}); Marin's hero runbook alerts on throughput sustained 20–30% below baseline over several "
+                "checks. Every step inside this window is part of the same slowdown. That is an infrastructure problem — "
+                "a slow node, network or storage, a changed parallelism — not a modelling one." + still)
     if kind == "hyperball_drift":
         return (f"{roles_mod.leaf_path(a['metric'])} is trained by {str(d.get('role')).upper()}, which puts each matrix back on "
                 f"a sphere of fixed Frobenius norm after every step, so its norm should never move. At step {N.count(step)} it "
@@ -144,6 +151,63 @@ def explanation(a: dict[str, Any], recipe: roles_mod.RecipeRoles) -> str:
         return (f"At step {N.count(step)} the {ROUTER_WHAT[kind]}: {_v(d.get('value'))} vs a typical {_v(d.get('baseline'))}. "
                 "After warm-up Marin treats sudden router-metric changes as instability signals (router collapse).")
     return f"{a['metric']} looks unusual at step {N.count(step)}."
+
+
+def _excursion(a: dict[str, Any]) -> str:
+    d = a["details"]
+    head = (f"From step {N.count(d.get('start'))} to {N.count(d.get('end'))} the loss stayed more than "
+            f"{N.percent(d.get('threshold_ratio', 1.5) - 1, 0)} above its trend (up to {_v(d.get('max_ratio'))}× trend) — "
+            "Marin's hero runbook alert for a sustained loss spike.")
+    if a["cause_class"] == "data_batch":
+        return (head + f" The gradient norm stayed normal throughout (robust z {N.sig(d.get('grad_z'), 3)}) and the loss "
+                f"came straight back to trend afterwards ({_v(d.get('after_ratio'))}× trend over the next "
+                f"{N.count(d.get('return_rows'))} logged steps): the model was fine, a run of batches was not — the "
+                "bad-data signature (PaLM, OLMo 2). Look at what the data loader served over these steps.")
+    if a["cause_class"] == "optimizer" and d.get("grad_moved"):
+        return (head + f" The gradient norm spiked at step {N.count(d.get('grad_peak_step'))} ({_v(d.get('grad_peak_value'))} vs "
+                f"{_v(d.get('grad_baseline'))}), before or with it: an update went wrong — the optimizer/learning-rate "
+                "signature (BLOOM's 104B run, OLMo 2).")
+    back = (" It has not come back to trend." if d.get("returned") is False else
+            " Whether it comes back is not known yet." if d.get("returned") is None else "")
+    return head + " No gradient spike came before it" + ("" if d.get("grad_moved") is False else " (or none is logged)") + \
+        f", so neither a bad batch nor a bad update is proven; the run may be diverging.{back}"
+
+
+def _resume_mismatch(d: dict[str, Any]) -> str:
+    if d.get("phase") == "catch-up":
+        what = (f"the child replays its parent's batches (their difference varies {N.sig(d.get('spread'), 2)} row to row, "
+                f"the loss itself {N.sig(d.get('noise'), 2)}), yet its loss differs by {N.sig(d.get('median_abs_diff'), 3)} "
+                f"at the median, above the runbook's {d.get('threshold')} during catch-up")
+    else:
+        what = (f"after the first {N.count(d.get('resume_warmup_steps'))} steps its loss sits "
+                f"{N.percent(d.get('mismatch'), 2, signed=True)} from its parent's at the median "
+                f"({_v(d.get('child_median'))} vs {_v(d.get('parent_median'))}), beyond the runbook's "
+                f"{N.percent(d.get('threshold'), 0)} after the post-resume warm-up")
+    return (f"This run was resumed from {d.get('fork_parent')} at step {N.count(d.get('fork_step'))}, and both logged steps "
+            f"{N.count(d.get('start'))}–{N.count(d.get('end'))}: {what} ({N.count(d.get('rows_over'))} of "
+            f"{N.count(d.get('rows'))} compared steps past the bar). A faithful resume continues its parent's loss; one that "
+            "does not points at the restart — a wrong or partial checkpoint, optimizer state not restored, the data "
+            "loader at another position — not at the model. Marin's runbook compares a resumed run with its parent "
+            "over 200 steps.")
+
+
+def _adam_drift(a: dict[str, Any]) -> str:
+    d = a["details"]
+    module = roles_mod.MODULE_LABELS.get(d.get("module"), d.get("module"))
+    what = "attention gate" if "gate" in a["metric"] and d.get("module") == "attention" else module
+    leaves = d.get("leaves_drifting") or 1
+    many = f"s of {N.count(leaves)} leaves together (led by" if leaves > 1 else " ("
+    loss = (" The loss stopped falling over the same window: the drift is already costing something."
+            if d.get("loss_moved") else " The loss still looks healthy: this is an early warning, not yet a failure.")
+    cause = (" The router's logits scale with its weight, so routing sharpens toward collapse as it grows."
+             if a["cause_class"] == "moe_routing" else "")
+    return (f"The {what} norm{many} {roles_mod.leaf_path(a['metric'])}) grew "
+            f"{N.percent(d.get('rise'), 1, signed=True)} from step {N.count(d.get('start'))} to {N.count(d.get('end'))}, "
+            f"{N.percent(d.get('window_rise'), 1, signed=True)} in {N.count(d.get('thresholds', {}).get('window_blocks', 5) * (d.get('block_steps') or 100))} "
+            f"steps against {N.percent(d.get('before_rise'), 1, signed=True)} in the same span before (Mann–Kendall p "
+            f"{N.sig(d.get('p'), 2)}). It is trained by Adam without weight decay, so nothing pulls its norm back: "
+            "Marin's hero saw the attention-gate norm grow this way (issue #8818) and added weight decay on the "
+            "attention gate and the router weight from step 54k (PR #8833)." + cause + loss)
 
 
 def _norm_jump(a: dict[str, Any], recipe: roles_mod.RecipeRoles) -> str:
@@ -199,6 +263,17 @@ def headline(f: dict[str, Any]) -> str:
                 f"(loss {N.percent(d.get('loss_rise'), 1, signed=True)})")
     elif kind == "hyperball_drift":
         text = f"{roles_mod.leaf_path(f['metric'])} leaving its hyperball {at}"
+    elif kind == "adam_drift":
+        text = (f"{roles_mod.leaf_path(f['metric'])} (Adam, no weight decay) drifting "
+                f"{N.percent(d.get('rise'), 1, signed=True)} over steps {N.count(d.get('start'))}–{N.count(d.get('end'))}")
+    elif kind == "resume_mismatch":
+        text = (f"the loss after the resume at step {N.count(d.get('fork_step'))} not matching {d.get('fork_parent')}'s "
+                f"({N.percent(d.get('median_rel_diff'), 2, signed=True)})")
+    elif kind == "throughput_collapse":
+        text = (f"throughput at {N.percent(d.get('ratio'), 0)} of baseline over steps "
+                f"{N.count(d.get('start'))}–{N.count(d.get('end'))}")
+    elif kind == "sustained_rise":
+        text = f"the loss above 1.5× trend over steps {N.count(d.get('start'))}–{N.count(d.get('end'))}"
     elif kind in ROUTER_WHAT:
         text = f"{ROUTER_WHAT[kind].split(' (')[0]} {at}"
     elif kind == "nonfinite":
