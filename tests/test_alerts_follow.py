@@ -172,6 +172,24 @@ def test_a_healthy_growing_run_sends_nothing(env):
     assert "alerts go to webhook (127.0.0.1" in f.err    # the sink was in place, and its URL path is never said
 
 
+def test_a_throughput_drop_fires_once_while_it_lasts(env):
+    run = growing_run("synthetic-alerts-slowdown", seed=4)
+    with WandbServer([run], verbose=False) as server, WebhookReceiver() as hook:
+        env["WANDB_BASE_URL"] = server.url
+        feed = Feed(server, run)
+        with follow(run.path, env, f"webhook={hook.url}/generic") as f:
+            f.synced(feed.last_step)
+            for _ in range(4):                    # tokens/s halved, step time doubled, for ~200 steps
+                f.synced(feed.grow(50, slowdown=True))
+            assert hook.wait_for(lambda p: len(p) >= 1, WAIT_S), f.err[-2000:]
+            f.synced(feed.grow(24, slowdown=True))
+            assert f.stop() in (0, 130), f.err[-2000:]
+    posts = generic(hook)
+    assert len(posts) == 1, posts
+    assert (posts[0]["kind"], posts[0]["cause_class"]) == ("throughput_collapse", "infrastructure"), posts[0]
+    assert posts[0]["step"] > 400 and posts[0]["metric"].startswith("throughput/")
+
+
 # --- retries, Ctrl-C, restarts, a second follower ----------------------------------------------------
 
 def test_a_failing_receiver_gets_it_on_a_retry_and_no_follower_sends_it_twice(env):
