@@ -156,6 +156,10 @@ def test_each_incident_reaches_the_webhook_once_with_its_cause_and_command(env):
     rows = listed(env)
     assert [r["step"] for r in rows] == sorted((p["step"] for p in posts), reverse=True)   # newest first
     assert all(r["delivered"] for r in rows) and {r["cause_class"] for r in rows} == {"optimizer", "numerics"}
+    assert set(rows[0]) >= {"run", "step", "metric", "cause_class", "severity", "title", "fired_at", "delivered"}
+    assert listed(env, "--run", run.run_id) == rows
+    unknown = marinctl(env, "alerts", "--run", "synthetic-alerts-no-such-run")
+    assert unknown.returncode == 2 and "unknown run" in unknown.stderr and "Traceback" not in unknown.stderr
 
 
 def test_a_healthy_growing_run_sends_nothing(env):
