@@ -409,19 +409,29 @@ HOSTILE = ("<!channel> @here @everyone *boom* <https://evil.example/x|click me> 
 SECRET = "synthetic-secret-0123456789abcdef"
 
 
-def test_a_hostile_run_name_arrives_inert_in_slack_and_discord_and_no_secret_in_any_body(env):
+def test_a_hostile_run_name_arrives_inert_in_slack_and_discord_and_no_secret_in_any_body(env, tmp_path):
     run = growing_run("synthetic-alerts-hostile", seed=9, name=HOSTILE + " " + SECRET)
+    bin_dir, shown = tmp_path / "bin", tmp_path / "notify-send.args"
+    bin_dir.mkdir()                              # a stand-in notify-send: records its arguments, one per line
+    (bin_dir / "notify-send").write_text(f'#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done > {shown}\n')
+    (bin_dir / "notify-send").chmod(0o755)
     with WandbServer([run], verbose=False) as server, WebhookReceiver() as hook:
-        env.update(WANDB_BASE_URL=server.url, WANDB_API_KEY=SECRET)
+        env.update(WANDB_BASE_URL=server.url, WANDB_API_KEY=SECRET, PATH=f"{bin_dir}:{env['PATH']}")
         feed = Feed(server, run)
         slack_url = f"{hook.url}/slack/T0SYNTH/B0SYNTH/synthetichooksecretXYZ"
         with follow(run.path, env, f"slack={slack_url}", f"discord={hook.url}/discord/1/synthdiscordsecret",
-                    f"webhook={hook.url}/generic") as f:
+                    f"webhook={hook.url}/generic", "desktop") as f:
             f.synced(feed.last_step)
             feed.grow(10, co_spike=True)
             f.synced(feed.last_step)
             assert hook.wait_for(lambda p: len(p) >= 3, WAIT_S), f.err[-2000:]
+            deadline = time.monotonic() + WAIT_S
+            while not shown.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
             assert f.stop() in (0, 130), f.err[-2000:]
+    args = shown.read_text().splitlines()
+    assert args[:3] == ["--app-name=marinctl", "--urgency=critical", "--"] and args[3].startswith("marinctl: "), args
+    assert SECRET not in shown.read_text() and "marinctl explain step" in args[4], args
     for p in hook.posts:
         raw = p.raw.decode()
         assert SECRET not in raw and "synthetichooksecretXYZ" not in raw and "synthdiscordsecret" not in raw, p.path
