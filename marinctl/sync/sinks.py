@@ -27,6 +27,7 @@ import shutil
 import signal
 import subprocess
 from dataclasses import dataclass
+from datetime import timezone
 from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
 
@@ -127,7 +128,7 @@ def generic(alert: dict[str, Any], hidden: Sequence[str] = ()) -> dict[str, Any]
         "kind": alert["kind"], "run_name": _t(alert.get("name")) or None, "run_uid": _t(alert["run_uid"]),
         "episode": {"start": int(alert["episode_start"]), "end": int(alert["episode_end"])},
         "alert_id": int(alert["alert_id"]),
-        "fired_at": fired.isoformat() if hasattr(fired, "isoformat") else fired,
+        "fired_at": fired.astimezone(timezone.utc).isoformat() if hasattr(fired, "astimezone") else fired,
         "source": "marinctl",
     }
     return _scrubbed(body, hidden)
