@@ -168,14 +168,14 @@ class Alerter:
                 if key not in mem.nonfinite:
                     self._nan_track(con, mem, segs, key)
             for key, track in list(mem.nonfinite.items()):
-                steps, values = metrics.series(con, segs, key, (track.last if track.last is not None else mem.nan_checked) + 1, None)
+                steps, values = metrics.series(con, segs, key, _after(track, mem.nan_checked), None)
                 out += [raised.from_nonfinite(key, ep) for ep in track.advance(steps, values, nonfinite_test)]
                 if track.open is None:
                     del mem.nonfinite[key]
             mem.nan_checked = int(last)
         for rule in self._rules_for(run):
             track = mem.rules[rule.name]
-            steps, values = metrics.series(con, segs, rule.metric, (track.last if track.last is not None else mem.since) + 1, None)
+            steps, values = metrics.series(con, segs, rule.metric, _after(track, mem.since), None)
             out += [raised.from_rule(rule, ep) for ep in track.advance(steps, values, rule_test(rule))]
         state = raised.liveness(run, now, self.rules.stale_after)
         if state != "unknown":
@@ -203,6 +203,11 @@ class Alerter:
         if np.count_nonzero(np.isfinite(values)) < rows and upto + 1 - PRIME_SPAN > 0:
             steps, values = metrics.series(con, segs, key, None, upto + 1)
         return steps, values
+
+
+def _after(track: Track, otherwise: int) -> int:
+    """The first step a track has not judged."""
+    return (track.last if track.last is not None else otherwise) + 1
 
 
 class FollowAlerts:

@@ -86,7 +86,9 @@ class Track:
         return steps[ok], values[ok]
 
     def _keep_tail(self, steps: np.ndarray, values: np.ndarray) -> None:
-        self.steps, self.values = steps[-self.keep:] if self.keep else steps[:0], values[-self.keep:] if self.keep else values[:0]
+        """The last `keep` rows: what the next row's window reads before it."""
+        cut = len(steps) - self.keep
+        self.steps, self.values = steps[max(cut, 0):], values[max(cut, 0):]
 
 
 # --- the tests -----------------------------------------------------------------------------------
