@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -135,12 +136,16 @@ def main() -> None:
                    capture_output=True)
     trees = {"this": ROOT, "base": base_tree}
 
-    def process(*argv: str, db: Path = work, tree: str = "this") -> tuple[float, subprocess.CompletedProcess]:
+    def process(*argv: str, db: Path = work, tree: str = "this") -> tuple[float, float, subprocess.CompletedProcess]:
+        """(wall s, CPU s of the child, the finished process)."""
         cmd = [sys.executable, *argv] if argv[0] == "-c" else [sys.executable, "-m", "marinctl", "--db", str(db), *argv]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
         done = subprocess.run(cmd, capture_output=True, text=True, env={**env, "PYTHONPATH": str(trees[tree])},
                               cwd=trees[tree], timeout=120)
-        return time.perf_counter() - t, done
+        wall = time.perf_counter() - t
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), done
 
     short = rev[:7]
     runs = {
@@ -154,13 +159,15 @@ def main() -> None:
         "the same (step 500), on a store never detected": ("this", ("explain", "step", "500", "--json")),
     }
     times: dict[str, list[float]] = {name: [] for name in runs}
+    cpu: dict[str, list[float]] = {name: [] for name in runs}
     proc = None
     try:
         for i in range(args.repeat + 1):   # interleaved, so load on a shared machine hits all alike; the first is warm-up
             for name, (tree, argv) in runs.items():
-                dt, done = process(*argv, db=fresh if "never detected" in name else work, tree=tree)
+                dt, ct, done = process(*argv, db=fresh if "never detected" in name else work, tree=tree)
                 if i:
                     times[name].append(dt)
+                    cpu[name].append(ct)
                 if "explain" in name and done.returncode != 0:
                     proc = done
     finally:
@@ -170,17 +177,18 @@ def main() -> None:
     base = med["baseline: `marinctl runs --json` (new process)"]
     names = list(runs)
     for k, name in enumerate(names):
-        note = f"median of {args.repeat}"
+        note = f"median of {args.repeat}; CPU {float(np.median(cpu[name])):.3f} s"
         if "explain" in name or "never detected" in name:
             note += f"; {med[name] / base:.2f}× `runs`, +{med[name] - base:.3f} s"
         if runs[name][0] == "base":
             mine = names[k - 1]
             pairs = [a / b for a, b in zip(times[mine], times[name])]
-            note += f"; this tree / {short}: {float(np.median(pairs)):.2f}"
+            cpairs = [a / b for a, b in zip(cpu[mine], cpu[name])]
+            note += f"; this tree / {short}: wall {float(np.median(pairs)):.2f}, CPU {float(np.median(cpairs)):.2f}"
         figures.append((name, med[name], 0.5, note))
     fresh.unlink(missing_ok=True)
 
-    print(f"\nSYNTHETIC hero-scale store: {args.steps:,} steps, {rows:,} values\n")
+    print(f"\nSYNTHETIC hero-scale store: {args.steps:,} steps, {rows:,} values; load average {os.getloadavg()[0]:.1f}\n")
     print(f"{'measure':<52} {'seconds':>8} {'target':>7} {'ratio':>6}  note")
     for name, sec, target, note in figures:
         print(f"{name:<52} {sec:8.3f} {target:7.1f} {sec / target:6.2f}  {note}")

@@ -281,6 +281,8 @@ def test_a_long_collapse_synced_in_passes_is_one_window_found_from_deep_inside(t
     code, out, err = cli("--home", str(home), "explain", "step", "4200", "--run", run.run_id, "--json")
     top = json.loads(out)["findings"][0]
     assert (top["kind"], top["step"], top["evidence"]["ongoing"]) == ("throughput_collapse", 1500, False), top
+    # 3,500 steps at (19.8 s + 0.4 s) / 0.75 each: the window's wall clock from its start, across the passes
+    assert top["evidence"]["duration_s"] == pytest.approx(3499 * (19.8 + 0.4) / 0.75, rel=0.02), top["evidence"]
 
 
 def test_a_drift_synced_in_passes_is_one_finding(tmp_path, cli):

@@ -285,7 +285,7 @@ def test_rewind_detections_agree_with_a_fresh_mirror(tmp_path, cli, monkeypatch)
         server.stop()
 
     def found(home):
-        rows = cli_json(lambda *a: cli("--home", str(home), *a), "anomalies", "--run", run.run_id, "--json")
+        rows = cli_json(lambda *a: cli("--home", str(home), *a), "anomalies", "--run", run.run_id, "--detail", "--json")
         return sorted((r["step"], r["metric"], r["kind"], r["cause_class"]) for r in rows)
 
     incremental, full = found(seen), found(fresh)

@@ -1,4 +1,5 @@
-"""`explain step N` (why a step looks the way it does) and `anomalies` (stored detections).
+"""`explain step N` (why a step looks the way it does) and `anomalies` (stored detections, one
+row per incident — analysis/detect/incidents.py — or every detected step with `--detail`).
 
 The words come from render/explain.py, the same text watch's `e` panel shows.
 """

@@ -61,14 +61,23 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pyarrow as pa
 
 from marinctl.analysis.detect import drift, episodes, numerics, resume, throughput, trends
 from marinctl.analysis.explain import roles as roles_mod
 from marinctl.domain import Anomaly
-from marinctl.store import Connection, history, rolling
+from marinctl.store import Connection, history
 from marinctl.store.metrics import Segment
+
+if TYPE_CHECKING:   # the windowed statistics (and pyarrow under them) load when a detector runs:
+    import pyarrow as pa   # explain on settled steps reads stored findings and needs neither
+
+
+def _rolling():
+    from marinctl.store import rolling
+    return rolling
 
 LOSS, GRAD, PNORM, CE = "train/loss", "grad/norm/total", "params/norm/total", "train/cross_entropy_loss"
 TPS, DURATION, TIMESTAMP = "throughput/tokens_per_second", "throughput/duration", "_timestamp"
@@ -155,7 +164,7 @@ def frame_of(con: Connection, run: dict[str, Any]) -> RunFrame:
 
 def split_keys(con: Connection, data: pa.Table) -> dict[str, Series]:
     """A long (key, step, value) frame as {key: (steps, values)} in step order."""
-    return rolling.by_key(con, data)
+    return _rolling().by_key(con, data)
 
 
 def _log_series(cols: dict[str, Series], key: str) -> episodes.KeySeries:
@@ -175,7 +184,7 @@ def spikes(con: Connection, fr: RunFrame, data: pa.Table, emit_lo: int, emit_hi:
     margin = (episodes.GROUP_ROWS + episodes.PRECURSOR_ROWS + 1) * interval
     # each key's lowest bar (warm-up aside); loss and grad down to an event's easing tail
     specs = [(k[0], k[1], k[2], episodes.TAIL_Z if k[0] in (LOSS, GRAD) else k[3] * 0.75, k[4]) for k in _SPIKE_KEYS]
-    rows = rolling.robust_z(con, data, specs, SPIKE_WINDOW, MIN_BASELINE, max(emit_lo - margin, 0), emit_hi)
+    rows = _rolling().robust_z(con, data, specs, SPIKE_WINDOW, MIN_BASELINE, max(emit_lo - margin, 0), emit_hi)
     by_key: dict[str, dict[int, tuple]] = {}
     for key, step, value, base, z in rows:
         by_key.setdefault(key, {})[int(step)] = (value, base, z)
@@ -221,7 +230,7 @@ def sustained_rise(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_
                    overlap=False, cols: dict[str, Series] | None = None) -> list[Anomaly]:
     """Loss excursions > RISE_RATIO × trend for RISE_STEPS steps, each classed by its shape."""
     cols = cols if cols is not None else split_keys(con, data)
-    rows = rolling.above_trend(con, data, LOSS, TREND_WINDOW, MIN_BASELINE, RISE_RATIO, SKIP_BEFORE)
+    rows = _rolling().above_trend(con, data, LOSS, TREND_WINDOW, MIN_BASELINE, RISE_RATIO, SKIP_BEFORE)
     info = {int(s): (v, t) for s, v, t in rows}
     interval = episodes.interval_of(cols.get(LOSS, (np.empty(0, np.int64), None))[0])
     out = []
@@ -291,7 +300,7 @@ def timing(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owne
     """Step gaps (against the run's median logging interval) and wall-clock gaps (resumes) on the
     run's own steps (from `since`), plus its fork point."""
     cols = cols if cols is not None else split_keys(con, data)
-    rows = rolling.gaps(con, data, TIMESTAMP if TIMESTAMP in cols else LOSS, window=SPIKE_WINDOW,
+    rows = _rolling().gaps(con, data, TIMESTAMP if TIMESTAMP in cols else LOSS, window=SPIKE_WINDOW,
                         factor=RESUME_FACTOR, min_seconds=RESUME_MIN_S, lo=emit_lo, hi=emit_hi, since=since)
     out: list[Anomaly] = []
     fork_at = (fr.run.get("fork_step") + 1) if fr.run.get("fork_step") is not None else None
@@ -338,7 +347,7 @@ def hyperball_drift(con: Connection, fr: RunFrame, data: pa.Table, refs: dict[st
                     owner: Owner) -> list[Anomaly]:
     if not refs or not data.num_rows:
         return []
-    rows = rolling.crossings(con, data, {k: v for k, (_, v) in refs.items()}, DRIFT_REL, emit_lo, emit_hi)
+    rows = _rolling().crossings(con, data, {k: v for k, (_, v) in refs.items()}, DRIFT_REL, emit_lo, emit_hi)
     by_step: dict[int, list[tuple]] = {}
     for key, step, value, ref, dev in rows:
         by_step.setdefault(int(step), []).append((key, value, ref, dev))
@@ -356,7 +365,7 @@ def hyperball_drift(con: Connection, fr: RunFrame, data: pa.Table, refs: dict[st
 def param_norm_jumps(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner: Owner,
                      attribute: bool = True, cols: dict[str, Series] | None = None) -> list[Anomaly]:
     from marinctl.analysis.explain import attribution as att_mod
-    rows = rolling.log_change_z(con, data, PNORM, window=NORM_WINDOW, min_points=NORM_MIN_POINTS,
+    rows = _rolling().log_change_z(con, data, PNORM, window=NORM_WINDOW, min_points=NORM_MIN_POINTS,
                                 min_change=NORM_MIN_DLOG, bar=SPIKE_Z, lo=max(emit_lo, SKIP_BEFORE), hi=emit_hi, per_step=True)
     steps = (cols if cols is not None else split_keys(con, data)).get(PNORM, (np.empty(0, np.int64), None))[0]
     usual = episodes.interval_of(steps)

@@ -33,7 +33,7 @@ from typing import Any, Callable
 import numpy as np
 
 from marinctl.domain import Anomaly
-from marinctl.store import Connection, rolling
+from marinctl.store import Connection
 
 TPS, DURATION, TIMESTAMP = "throughput/tokens_per_second", "throughput/duration", "_timestamp"
 TPUT_RECENT, TPUT_BASE = 30, 1000
@@ -53,6 +53,7 @@ class Open:
     key: str
     start: int
     baseline: float
+    since: float | None = None      # the wall clock at `start` (its duration, once the rows before are not read)
 
     def as_memory(self) -> dict[str, Any]:
         return asdict(self)
@@ -60,8 +61,10 @@ class Open:
     @staticmethod
     def of(memory: Any) -> Open | None:
         try:
-            return Open(str(memory["key"]), int(memory["start"]), float(memory["baseline"]))
-        except (TypeError, KeyError, ValueError):
+            since = memory.get("since")
+            return Open(str(memory["key"]), int(memory["start"]), float(memory["baseline"]),
+                        float(since) if since is not None else None)
+        except (TypeError, KeyError, ValueError, AttributeError):
             return None
 
 
@@ -102,6 +105,8 @@ def collapses(con: Connection, data, cols: dict[str, Series], owner: Callable[[i
     steps, rate = steps[ok], (1.0 / v[ok] if invert else v[ok])
     if len(steps) < TPUT_RECENT:
         return [], None
+    from marinctl.store import rolling
+
     onsets = [(int(s), float(b), False) for s, _, b in rolling.rate_drops(
         con, data, key, invert=invert, recent=TPUT_RECENT, base=TPUT_BASE, min_points=TPUT_MIN_BASE, ratio=TPUT_RATIO)]
     if open_ is not None and open_.key == key and open_.start < int(steps[0]) + TPUT_BASE:
@@ -124,6 +129,8 @@ def collapses(con: Connection, data, cols: dict[str, Series], owner: Callable[[i
         if not continued and not _sustained(steps, first, last, clock):
             continue
         open_now = j >= len(steps) and reaches_end
+        since = open_.since if continued else _clock_at(clock, int(steps[first]))
+        end_clock = _clock_at(clock, int(steps[last]))
         window = rate[first:last + 1]
         ratio = float(np.median(window) / base)
         worst = float(np.min(_medians(rate, first, last + 1)) / base)
@@ -132,20 +139,25 @@ def collapses(con: Connection, data, cols: dict[str, Series], owner: Callable[[i
                    "window_median": float(np.median(window)) if not invert else float(1.0 / np.median(window)),
                    "ratio": ratio, "worst_ratio": worst, "threshold_ratio": TPUT_RATIO,
                    "recover_ratio": TPUT_RECOVER, "recent_window": TPUT_RECENT, "baseline_window": TPUT_BASE,
-                   "duration_s": _duration(steps, first, last, clock), "min_duration_s": TPUT_MIN_S, "ongoing": open_now,
+                   "duration_s": end_clock - since if since is not None and end_clock is not None else None,
+                   "min_duration_s": TPUT_MIN_S, "ongoing": open_now,
                    "rate": "tokens/s" if not invert else "steps/s (1 / throughput/duration)"}
         out.append(Anomaly(owner(start), start, key, "throughput_collapse", 1.0 - ratio, "infrastructure", details))
         if open_now:
-            still = Open(key, start, base)
+            still = Open(key, start, base, since)
     return out, still
 
 
-def _duration(steps: np.ndarray, first: int, last: int, clock: Series | None) -> float | None:
-    if clock is None or not len(clock[0]):
+def _clock_at(clock: Series | None, step: int) -> float | None:
+    """The wall clock at a step (interpolated between logged rows), None outside what was read."""
+    if clock is None or not len(clock[0]) or not clock[0][0] <= step <= clock[0][-1]:
         return None
-    cs, cv = clock
-    a, b = np.interp([steps[first], steps[last]], cs, cv)
-    return float(b - a)
+    return float(np.interp(step, clock[0], clock[1]))
+
+
+def _duration(steps: np.ndarray, first: int, last: int, clock: Series | None) -> float | None:
+    a, b = _clock_at(clock, int(steps[first])), _clock_at(clock, int(steps[last]))
+    return b - a if a is not None and b is not None else None
 
 
 def _sustained(steps: np.ndarray, first: int, last: int, clock: Series | None) -> bool:
