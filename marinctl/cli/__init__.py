@@ -59,8 +59,9 @@ from marinctl.cli import ladder as _ladder  # noqa: E402
 from marinctl.cli import watch as _watch  # noqa: E402
 from marinctl.cli import repro as _repro  # noqa: E402
 from marinctl.cli import serve as _serve  # noqa: E402
+from marinctl.cli import alerts as _alerts  # noqa: E402
 
-for _module in (_sync, _runs, _events, _explain, _ladder, _watch, _repro, _serve):
+for _module in (_sync, _runs, _events, _explain, _ladder, _watch, _repro, _serve, _alerts):
     _module.register(app)
 
 

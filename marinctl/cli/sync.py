@@ -28,6 +28,9 @@ def sync(
     follow: Annotated[bool, typer.Option("--follow", help="Keep syncing every --interval seconds until Ctrl-C.")] = False,
     interval: Annotated[float, typer.Option("--interval", help="Seconds between syncs with --follow.")] = 30.0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the contract's JSON summary.")] = False,
+    notify: Annotated[Optional[list[str]], typer.Option(
+        "--notify", metavar="SINK", help="With --follow: send each new alert to SINK — desktop, webhook=URL, slack=URL, "
+        "discord=URL or exec=COMMAND (JSON on stdin); repeatable. Rules: <home>/alerts.toml.")] = None,
 ) -> None:
     from marinctl.errors import UserError
     from marinctl.sync.targets import parse_target
@@ -36,6 +39,9 @@ def sync(
         raise UserError(f"--interval must be a positive number of seconds, not {interval:g}",
                         "marinctl sync TARGET --follow --interval 30")
     targets = targets or ["marin"]
+    from marinctl.cli.notify import rules_of, sinks_of
+
+    sinks, rules = sinks_of(notify, follow=follow), rules_of(follow=follow)
     try:   # validate before touching network or store (a bare stored run id waits for the store)
         plans = [p for t in targets for p in parse_target(t)]
     except UserError:
@@ -43,11 +49,8 @@ def sync(
     remote = [name for kind, name in (("wandb", "W&B"), ("github", "GitHub")) if any(p.kind == kind for p in plans or [])]
     if remote and not json_out:       # said before the slow imports, so a dead network is never silent
         output.info(f"syncing {', '.join(targets)} from {' and '.join(remote)} …")
-    from marinctl.cli.boundary import is_interrupt
-    from marinctl.sources import http
     from marinctl.store import open_store
-    from marinctl.store.synclock import acquire_all
-    from marinctl.sync import lock_key, resolve_targets, sync_targets
+    from marinctl.sync import resolve_targets
 
     store = open_store()
     if plans is None:
@@ -55,15 +58,36 @@ def sync(
     if follow and not json_out:
         output.info(f"following {', '.join(targets)}" + ("" if all(p.kind == "local" for p in plans) else
                                                          f" every {interval:g} s") + "; Ctrl-C stops")
-    if follow and all(p.kind == "local" for p in plans):
-        _follow_local(store, plans, json_out=json_out)
-        return
+    alerting = None
+    if follow:
+        from marinctl.cli.notify import Alerting
+
+        alerting = Alerting(store, sinks, rules, quiet=json_out)
+    try:
+        if follow and all(p.kind == "local" for p in plans):
+            _follow_local(store, plans, json_out=json_out, alerting=alerting)
+            return
+        _poll(store, targets, plans, follow=follow, interval=interval, json_out=json_out, alerting=alerting)
+    finally:
+        if alerting is not None:
+            alerting.close()
+
+
+def _poll(store, targets, plans, *, follow: bool, interval: float, json_out: bool, alerting) -> None:
+    """One sync, or with --follow one every `interval` seconds until Ctrl-C (each followed by an alert pass)."""
+    from marinctl.cli.boundary import is_interrupt
+    from marinctl.sources import http
+    from marinctl.store.synclock import acquire_all
+    from marinctl.sync import lock_key, sync_targets
+
     progress = _Progress(enabled=not json_out and sys.stderr.isatty())
     total = {"runs": [], "events_added": 0, "timing": {"total_s": 0.0, "wandb_http_s": 0.0}}
     with acquire_all(store.path, [lock_key(p) for p in plans], owner="sync"), http.notices(_note, connecting=not json_out):
         while True:
             try:
                 report = sync_targets(store, targets, progress=progress, warn=_warn, following=follow)
+                if alerting is not None:
+                    alerting.after_pass(report.get("synced", []))
             except Exception as exc:   # Ctrl-C inside a DuckDB query arrives as its own exception
                 if not (follow and is_interrupt(exc)):
                     raise
@@ -120,8 +144,9 @@ def _warn(message: str) -> None:
     output.info(f"warning: {inert(message, single_line=True)}")
 
 
-def _follow_local(store, plans, *, json_out: bool) -> None:
-    """Tail local runs record by record (sync.local.follow) until Ctrl-C."""
+def _follow_local(store, plans, *, json_out: bool, alerting=None) -> None:
+    """Tail local runs record by record (sync.local.follow) until Ctrl-C; about every
+    ALERT_EVERY_S, the runs that changed are scored and an alert pass runs."""
     import threading
 
     from marinctl.store.synclock import acquire_all
@@ -129,8 +154,10 @@ def _follow_local(store, plans, *, json_out: bool) -> None:
     from marinctl.sync.local import follow
 
     stop = threading.Event()
+    changed: set[str] = set()
 
     def on_update(results: list[dict]) -> None:
+        changed.update(r["run"] for r in results if r.get("run"))
         if json_out:
             output.print_json({"runs": results, "events_added": 0})
         else:
@@ -144,14 +171,36 @@ def _follow_local(store, plans, *, json_out: bool) -> None:
         for t in threads:
             t.start()
         try:
+            checked = time.monotonic()
             while any(t.is_alive() for t in threads):
                 time.sleep(0.2)
+                since = time.monotonic() - checked
+                if alerting is not None and (changed and since >= ALERT_EVERY_S or since >= LIVENESS_EVERY_S):
+                    checked = time.monotonic()
+                    _local_alert_pass(store, alerting, changed)
         except KeyboardInterrupt:
             pass
         finally:
             stop.set()
             for t in threads:
                 t.join(timeout=5)
+
+
+ALERT_EVERY_S = 1.0        # runs that changed: scored and checked for alerts at most this often
+LIVENESS_EVERY_S = 5.0     # nothing changed: stale and crashed runs checked this often
+
+
+def _local_alert_pass(store, alerting, changed: set[str]) -> None:
+    """Detection on the local runs that changed, then an alert pass over every followed run."""
+    from marinctl.store import alerts as alerts_store
+
+    names, uids = [], []
+    while changed:                      # the tail's threads add to it meanwhile: take what is there
+        names.append(changed.pop())
+    if names:
+        with store.connect() as con:
+            uids = alerts_store.local_uids(con, names)
+    alerting.after_pass(uids, detect=True)
 
 
 def _print_human(report: dict) -> None:

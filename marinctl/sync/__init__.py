@@ -75,6 +75,7 @@ def sync_targets(store: Store, targets: list[str], *, progress: Progress | None 
         synced += [r.uid for r in runs if r.uid]
         landed |= any(r.rows_added for r in runs)
     derive.after_sync(store, synced if detect else [], realign=landed)
+    report["synced"] = synced   # run uids (an alert pass reads them: sync/alerts.py); not part of the JSON
     report["timing"]["total_s"] = round(time.perf_counter() - started, 3)
     report["timing"]["wandb_http_s"] = round(report["timing"]["wandb_http_s"], 3)
     return report

@@ -1,0 +1,100 @@
+"""The alert side of a follow loop (`sync --follow [--notify SINK]…`): rules read, alerts fired after
+each pass, said on stderr and handed to the sinks.
+
+`--notify` values and `<home>/alerts.toml` are checked before anything is synced (exit 2
+naming the problem). A pass that fails (a busy store) is said once and tried again at the next
+pass; it never ends the follow.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Iterable, Sequence
+
+from marinctl.cli import output
+
+
+def sinks_of(specs: Sequence[str] | None, *, follow: bool) -> list:
+    """The `--notify` values as sinks (exit 2 on a bad one, or without --follow)."""
+    from marinctl.errors import UserError
+    from marinctl.sync.sinks import desktop_available, parse
+
+    if not specs:
+        return []
+    if not follow:
+        raise UserError("--notify sends the alerts a follow raises: add --follow",
+                        "marinctl sync TARGET --follow --notify webhook=URL")
+    sinks = [parse(s) for s in specs]
+    if any(s.kind == "desktop" for s in sinks) and not desktop_available(_terminal if sys.stderr.isatty() else None):
+        raise UserError("--notify desktop needs notify-send or a terminal to show notifications in; neither is here",
+                        "use --notify webhook=URL, slack=URL, discord=URL or exec=COMMAND")
+    return sinks
+
+
+def _terminal(escape: str) -> bool:
+    """Write a notification escape to the terminal on stderr (False when stderr is not one)."""
+    if not sys.stderr.isatty():
+        return False
+    sys.stderr.write(escape)
+    sys.stderr.flush()
+    return True
+
+
+def rules_of(*, follow: bool):
+    """`<home>/alerts.toml` read when following (exit 2 naming what is wrong in it)."""
+    if not follow:
+        return None
+    from marinctl import paths
+    from marinctl.analysis.alerts.rules import load
+
+    return load(paths.home())
+
+
+class Alerting:
+    """The follow's FollowAlerts (sync/alerts.py), saying new alerts and failed deliveries on stderr."""
+
+    def __init__(self, store, sinks: Sequence, rules, *, quiet: bool):
+        from marinctl.sync.alerts import FollowAlerts
+
+        self.quiet = quiet
+        self._failing = False
+        self.alerts = FollowAlerts(store, rules, sinks, warn=self._warn, terminal=_terminal)
+        if sinks and not quiet:
+            output.info("alerts go to " + ", ".join(s.label for s in sinks))
+
+    def after_pass(self, uids: Iterable[str], *, detect: bool = False) -> list[dict[str, Any]]:
+        from marinctl.cli.boundary import is_interrupt
+
+        try:
+            new = self.alerts.after_pass(uids, detect=detect)
+        except Exception as exc:  # noqa: BLE001 — a busy store: the next pass tries again
+            if is_interrupt(exc):
+                raise
+            if not self._failing:
+                self._warn(f"alerts not checked this pass ({type(exc).__name__}: {exc}); trying again at the next")
+            self._failing = True
+            return []
+        self._failing = False
+        for a in new:
+            self._say(a)
+        return new
+
+    def close(self) -> None:
+        waiting = self.alerts.close()
+        if waiting and not self.quiet:
+            output.info(f"{waiting} alert deliveries not done; `marinctl alerts` lists them, and the next"
+                        " follower of these runs sends them")
+
+    def _say(self, alert: dict[str, Any]) -> None:
+        if self.quiet:
+            return
+        from marinctl.text import inert
+
+        output.info(f"alert ({alert['severity']} · {alert['cause_class']}): {inert(alert['title'], single_line=True)}"
+                    f" — {inert(alert['command'], single_line=True)}")
+
+    def _warn(self, message: str) -> None:
+        from marinctl.text import inert
+
+        if not self.quiet:
+            output.info(f"warning: {inert(message, single_line=True)}")

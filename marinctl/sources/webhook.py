@@ -1,0 +1,41 @@
+"""One JSON POST to an alert sink's URL (a webhook, Slack's or Discord's incoming webhook), bounded in time.
+
+Alert delivery (sync/delivery.py) retries on its own schedule, so a try here is exactly one
+request: no retries, no redirects followed (a redirect could carry the body to another host),
+every phase bounded by `timeout`, and the reply's body never read. Slack and Discord put the
+webhook's secret in the URL's path, so what a failure says names the host only.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from marinctl import __version__
+
+
+def where(url: str) -> str:
+    """The host (and port) of a URL, what a message may say of it."""
+    parts = urlsplit(url)
+    host = parts.hostname or "?"
+    return f"{host}:{parts.port}" if parts.port else host
+
+
+def post_json(url: str, body: bytes, *, timeout: float) -> str | None:
+    """POST `body` (JSON) to `url`; None when the server accepted it (2xx), else why not, in words
+    that name neither the URL's path nor its query."""
+    import httpx
+
+    headers = {"Content-Type": "application/json", "User-Agent": f"marinctl/{__version__}"}
+    try:
+        with httpx.Client(timeout=httpx.Timeout(timeout), follow_redirects=False) as client:
+            with client.stream("POST", url, content=body, headers=headers) as reply:
+                status = reply.status_code
+    except httpx.TimeoutException:
+        return f"no answer from {where(url)} within {timeout:g} s"
+    except httpx.ConnectError:
+        return f"cannot connect to {where(url)}"
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__} talking to {where(url)}"
+    if 200 <= status < 300:
+        return None
+    return f"{where(url)} answered HTTP {status}"

@@ -1,0 +1,141 @@
+"""Alerts delivered to sinks beside a follow loop, never holding it up.
+
+`Delivery` owns one thread per sink (a Slack outage never delays the webhook). Each thread
+keeps its own queue of (alert, attempt) and tries the earliest due one: a try is bounded by
+TRY_TIMEOUT_S (sinks.py), and one that fails is tried again after BACKOFF_S[attempt] seconds
+(the last value repeating) for as long as the follower runs. Every try is written to the
+store — `tries`, `last_error`, the claim renewed — and the first sink that accepts an alert
+marks it delivered (store/alerts.py). What is still undelivered when the follower stops keeps
+`"delivered": false` in `marinctl alerts`, and the next follower of its run sends it.
+
+Any follow loop can use it: `sync --follow` (both its local tail and its W&B poll) and, later,
+`watch`. `submit` only queues; `close` lets each sink finish the try it is in (bounded) and
+gives this process's claims back.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import queue
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any, Sequence
+
+from marinctl.domain import Warn
+from marinctl.store import Store
+from marinctl.store import alerts as alerts_store
+from marinctl.sync import sinks as sinks_mod
+from marinctl.sync.sinks import Sink, Terminal
+
+TRY_TIMEOUT_S = 5.0
+BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
+CLAIM_S = 180.0          # a claim outlives the longest wait between tries (60 s) with room to spare
+WRITE_TRIES = 5          # a store write that meets another thread's transaction is tried again
+
+
+class Delivery:
+    def __init__(self, store: Store, sinks: Sequence[Sink], *, me: str, warn: Warn | None = None,
+                 terminal: Terminal | None = None, timeout: float = TRY_TIMEOUT_S,
+                 backoff: Sequence[float] = BACKOFF_S):
+        self.store, self.sinks, self.me = store, list(sinks), me
+        self.timeout, self.backoff = timeout, tuple(backoff)
+        self._warn, self._terminal = warn, terminal
+        self._hidden = sinks_mod.secrets(self.sinks)
+        self._stop = threading.Event()
+        self._workers = [_Worker(self, s) for s in self.sinks]
+        self._said: set[tuple[str, int]] = set()
+
+    def start(self) -> "Delivery":
+        for w in self._workers:
+            w.thread.start()
+        return self
+
+    def submit(self, alerts: Sequence[dict[str, Any]]) -> None:
+        """Queue alerts (claimed by this process) for every sink."""
+        for alert in alerts:
+            for w in self._workers:
+                w.inbox.put(alert)
+
+    def close(self, wait_s: float | None = None) -> None:
+        """Stop after each sink's current try (at most `wait_s`, default one try's bound); give claims back."""
+        self._stop.set()
+        for w in self._workers:
+            w.inbox.put(None)
+        deadline = time.monotonic() + (self.timeout + 1.0 if wait_s is None else wait_s)
+        for w in self._workers:
+            w.thread.join(timeout=max(deadline - time.monotonic(), 0.05))
+        try:
+            with self.store.transaction() as con:
+                alerts_store.release(con, self.me)
+        except Exception:  # noqa: BLE001 — claims lapse on their own (CLAIM_S)
+            pass
+
+    @property
+    def waiting(self) -> int:
+        """Alert tries queued (not yet accepted) over every sink."""
+        return sum(len(w.heap) + w.inbox.qsize() for w in self._workers)
+
+    # -- called from the workers --------------------------------------------------------------
+    def _write(self, fn, *args) -> None:
+        for attempt in range(WRITE_TRIES):
+            try:
+                with self.store.transaction() as con:
+                    fn(con, *args)
+                return
+            except Exception:  # noqa: BLE001 — a write conflict with the sync's own transaction: again
+                if attempt == WRITE_TRIES - 1 or self._stop.is_set():
+                    return
+                time.sleep(0.05 * (attempt + 1))
+
+    def _tried(self, sink: Sink, alert: dict[str, Any], error: str | None, attempt: int) -> None:
+        until = datetime.now(timezone.utc) + timedelta(seconds=CLAIM_S)
+        self._write(alerts_store.tried, alert["alert_id"], error and f"{sink.label}: {error}", self.me, until)
+        if error is None:
+            self._write(alerts_store.delivered, alert["alert_id"], sink.kind)
+        elif self._warn is not None and (sink.label, attempt) not in self._said and attempt in (0, 3, 6):
+            self._said.add((sink.label, attempt))
+            wait = self.backoff[min(attempt, len(self.backoff) - 1)]
+            self._warn(f"alert not delivered to {sink.label}: {error}; trying again in {wait:g} s")
+
+
+class _Worker:
+    """One sink's queue and thread."""
+
+    def __init__(self, owner: Delivery, sink: Sink):
+        self.owner, self.sink = owner, sink
+        self.inbox: queue.Queue = queue.Queue()
+        self.heap: list[tuple[float, int, int, dict[str, Any]]] = []   # (due, order, attempt, alert)
+        self._order = itertools.count()
+        self.queued: set[int] = set()
+        self.thread = threading.Thread(target=self._run, name=f"alerts → {sink.kind}", daemon=True)
+
+    def _run(self) -> None:
+        o = self.owner
+        while not o._stop.is_set():
+            wait = max(self.heap[0][0] - time.monotonic(), 0.0) if self.heap else None
+            try:
+                item = self.inbox.get(timeout=wait) if wait != 0.0 else self.inbox.get_nowait()
+            except queue.Empty:
+                item = False
+            if item is None:
+                return
+            if item is not False:
+                if item["alert_id"] not in self.queued:      # one chain of tries per alert
+                    self.queued.add(item["alert_id"])
+                    heapq.heappush(self.heap, (time.monotonic(), next(self._order), 0, item))
+                continue
+            if not self.heap or self.heap[0][0] > time.monotonic():
+                continue
+            _, _, attempt, alert = heapq.heappop(self.heap)
+            try:
+                error = sinks_mod.send(self.sink, alert, hidden=o._hidden, timeout=o.timeout, terminal=o._terminal)
+            except Exception as exc:  # noqa: BLE001 — a sink's failure is a failed try, never the loop's end
+                error = f"{type(exc).__name__}"
+            o._tried(self.sink, alert, error, attempt)
+            if error is None:
+                self.queued.discard(alert["alert_id"])
+            else:
+                wait_s = o.backoff[min(attempt, len(o.backoff) - 1)]
+                heapq.heappush(self.heap, (time.monotonic() + wait_s, next(self._order), attempt + 1, alert))

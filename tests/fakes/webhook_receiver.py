@@ -1,0 +1,106 @@
+"""A loopback webhook receiver for alert tests and benchmarks: records every POST, can fail on purpose.
+
+    with WebhookReceiver(fail_first=1) as hook:        # answers the first POST with HTTP 500
+        ... marinctl sync … --follow --notify webhook={hook.url}/generic
+        hook.wait_for(lambda posts: len(posts) >= 1, timeout=20)
+        hook.posts     # [Post(path, body (parsed JSON), at (time.time()), status answered)]
+
+Every POST is kept, the failed ones too (`status` says what it was answered). Only 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+
+@dataclass
+class Post:
+    path: str
+    body: Any
+    raw: bytes
+    at: float
+    status: int
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: "WebhookReceiver"
+
+    def log_message(self, *args) -> None:   # quiet
+        pass
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        at = time.time()
+        owner = self.owner
+        with owner.lock:
+            n = len(owner.posts)
+            status = 500 if n < owner.fail_first else 204 if self.path.startswith("/discord") else 200
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                body = None
+            owner.posts.append(Post(self.path, body, raw, at, status))
+        if owner.delay_s:
+            time.sleep(owner.delay_s)
+        self.send_response(status)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+
+class WebhookReceiver:
+    def __init__(self, *, fail_first: int = 0, delay_s: float = 0.0):
+        self.fail_first, self.delay_s = fail_first, delay_s
+        self.posts: list[Post] = []
+        self.lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "WebhookReceiver":
+        handler = type("Handler", (_Handler,), {"owner": self})
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="synthetic-webhook", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> "WebhookReceiver":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def accepted(self, path_prefix: str = "") -> list[Post]:
+        """POSTs answered 2xx (under `path_prefix`), in arrival order."""
+        with self.lock:
+            return [p for p in self.posts if p.status < 300 and p.path.startswith(path_prefix)]
+
+    def wait_for(self, cond: Callable[[list[Post]], bool], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                posts = list(self.posts)
+            if cond(posts):
+                return True
+            time.sleep(0.05)
+        with self.lock:
+            return cond(list(self.posts))
