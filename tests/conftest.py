@@ -84,3 +84,12 @@ def cli(tmp_path):
         return code, out.getvalue(), err.getvalue()
 
     return run
+
+
+@pytest.fixture
+def watch_store(store):
+    """The SYNTHETIC hero lineage, ladder, anomaly and event of tests/tui_store.py, in `store`."""
+    from tests.tui_store import build_watch_store
+
+    build_watch_store(store)
+    return store

@@ -114,16 +114,11 @@ def test_explain_context_of_a_repro_run_uses_its_own_schedule(repro_store, cli):
 
 
 async def _header_text(store, run: str) -> str:
-    from marinctl.tui.app import WatchApp
-    from marinctl.tui.capture import screen_text
+    from tests.watch_pilot import open_watch, run_test, settle, wait_for_text
 
-    app = WatchApp(run, 30, store=store, autosync=False)
-    async with app.run_test(size=(150, 40)) as pilot:
-        for _ in range(200):
-            await pilot.pause(0.05)
-            if app.view is not None and app.view.header is not None and not any(w.is_running for w in app.workers):
-                break
-        return "\n".join(screen_text(app).splitlines()[:3])
+    async with run_test(open_watch(store.path, run)) as pilot:
+        await wait_for_text(pilot, "step ", "tokens ")
+        return "\n".join((await settle(pilot)).splitlines()[:3])
 
 
 @pytest.mark.asyncio

@@ -62,12 +62,6 @@ def test_smoothing_ema_and_debiased_match_hand_computed_values():
     assert with_nan.tolist() == [1.0, 1.0, 2.0]
 
 
-@pytest.fixture
-def watch_store(store):
-    build_watch_store(store)
-    return store
-
-
 def test_axes_map_steps_to_tokens_fraction_and_wall_time(watch_store):
     with watch_store.connect() as con:
         hero = resolve_target(con, "hero")

@@ -343,7 +343,8 @@ async def test_a_key_charted_twice_gets_a_frame_for_each_size(run_dir, tmp_path,
     from marinctl.store import Store
     from marinctl.sync.local import sync_path
     from marinctl.tui.app import WatchApp
-    from tests.watch_pilot import frames_built, on_ui
+    from marinctl.tui.charts import MetricChart
+    from tests.watch_pilot import frames_built, on_ui, settle, wait_for_text
 
     wandb_dir, _ = run_dir
     store = Store(tmp_path / "home" / "marinctl.duckdb")
@@ -351,14 +352,11 @@ async def test_a_key_charted_twice_gets_a_frame_for_each_size(run_dir, tmp_path,
     built = frames_built(monkeypatch)
     app = WatchApp("start-synthetic", 30, store=store, autosync=False)
     async with app.run_test(size=(160, 50)) as pilot:
-        deadline = time.monotonic() + 30
-        while not (app.view is not None and app.view.total_keys is not None and app.refreshes >= 2
-                   and not any(w.is_running for w in app.workers)) and time.monotonic() < deadline:
-            await pilot.pause(0.05)
-        await pilot.pause(0.2)
-        twice = [c for slot, c in app._page.charts.items() if c.key == "grad/norm/total"]
+        await wait_for_text(pilot, " keys", "▏step")               # the view read again with the key list
+        await settle(pilot)
+        twice = [c for c in app.query(MetricChart) if c.key == "grad/norm/total"]
         assert len(twice) == 2 and twice[0].size != twice[1].size, [(c.slot, c.size) for c in twice]
-        assert [c._frame.size for c in twice] == [(c.size.width, c.size.height) for c in twice]
+        assert [c.frame.size for c in twice] == [(c.size.width, c.size.height) for c in twice]
         await pilot.press("right")                 # a cursor move paints every chart again
         await pilot.pause(0.5)
     assert on_ui(built) == [], f"built on the UI thread: {on_ui(built)}"
@@ -374,6 +372,7 @@ async def test_the_collector_paused_for_the_start_runs_again_from_the_first_pain
     from marinctl.sync.local import sync_path
     from marinctl.tui import startup
     from marinctl.tui.app import WatchApp
+    from tests.watch_pilot import wait_for_text
 
     wandb_dir, _ = run_dir
     store = Store(tmp_path / "home" / "marinctl.duckdb")
@@ -384,11 +383,10 @@ async def test_the_collector_paused_for_the_start_runs_again_from_the_first_pain
         assert not gc.isenabled()
         app = WatchApp("start-synthetic", 30, store=store, autosync=False)
         async with app.run_test(size=(160, 50)) as pilot:
+            await wait_for_text(pilot, "train/loss  ")             # the first paint
             deadline = time.monotonic() + 30
-            while not app.first_painted.is_set() and time.monotonic() < deadline:
+            while not gc.isenabled() and time.monotonic() < deadline:
                 await pilot.pause(0.05)
-            await pilot.pause(0.1)
-            assert app.first_painted.is_set()
             assert gc.isenabled(), "still paused after the first paint"
     finally:
         startup.resume()
@@ -425,16 +423,19 @@ def test_the_helper_draws_the_first_page_and_the_app_shows_its_frames(run_dir, t
             app = WatchApp(wandb_dir, 30, store=store, plan=plan, first_read=early, autosync=False)
             async with app.run_test(size=(160, 50)) as pilot:
                 deadline = time.monotonic() + 30
-                while not app.first_painted.is_set() and time.monotonic() < deadline:
+                while time.monotonic() < deadline:        # every chart of the first page shows a frame
+                    charts_ = list(app.query(charts.MetricChart))
+                    if len(charts_) >= 3 and all(c.frame is not None for c in charts_):
+                        break
                     await pilot.pause(0.05)
                 await pilot.pause(0.3)             # laid out
                 first = list(built)
-                charts_ = list(app._page.charts.values())
-                assert len(charts_) >= 3 and all(c._frame is not None for c in charts_), charts_
+                charts_ = list(app.query(charts.MetricChart))
+                assert len(charts_) >= 3 and all(c.frame is not None for c in charts_), charts_
                 for c in charts_:
-                    assert c._frame.size == (c.size.width, c.size.height), (c.slot, c._frame.size, c.size)
-                    again = real(frames.PlotextFigure(), c.panel, c.axis, c.spec, c._frame.size)
-                    assert again.text == c._frame.text, c.slot
+                    assert c.frame.size == (c.size.width, c.size.height), (c.slot, c.frame.size, c.size)
+                    again = real(frames.PlotextFigure(), c.panel, c.axis, c.spec, c.frame.size)
+                    assert again.text == c.frame.text, c.slot
                 print("first page built here:", first, "charts:", len(charts_))
             early.stop()
         asyncio.run(main())
@@ -455,6 +456,8 @@ async def test_the_page_size_the_helper_draws_for_is_the_page_the_app_lays_out(r
     from marinctl.tui import settings
     from marinctl.tui.app import WatchApp
     from marinctl.tui.frames import page_size_guess
+    from marinctl.tui.widgets.grid import ChartPage
+    from tests.watch_pilot import wait_for_text
 
     wandb_dir, _ = run_dir
     monkeypatch.setenv("MARINCTL_HOME", str(tmp_path / "home"))
@@ -464,10 +467,9 @@ async def test_the_page_size_the_helper_draws_for_is_the_page_the_app_lays_out(r
     settings.save(store.path, layout)
     app = WatchApp("start-synthetic", 30, store=store, autosync=False)
     async with app.run_test(size=size) as pilot:
-        deadline = time.monotonic() + 30
-        while not app.first_painted.is_set() and time.monotonic() < deadline:
-            await pilot.pause(0.05)
-        assert (app._page.size.width, app._page.size.height) == page_size_guess(size, settings.load(store.path))
+        await wait_for_text(pilot, "▏step")                        # the first page, laid out
+        page = app.query_one(ChartPage)
+        assert (page.size.width, page.size.height) == page_size_guess(size, settings.load(store.path))
 
 
 @pytest.mark.parametrize("theme", ["textual-dark", "textual-light", "nord", "gruvbox"])

@@ -22,7 +22,7 @@ The app's follower starts tailing when the helper is gone, from where it stopped
 decoding (and pyarrow, ~35 MiB) stays in a process that ends, on the other core. The helper keeps
 one DuckDB instance open from the plan to the first view, and to the end of a catch-up of up to
 HOLD_BYTES (each open builds one: ~35 ms; a 5 MB run read in four windows opened it eleven times);
-meanwhile the app's readout does not wait for the store (tui/workers.py `_store_free`).
+meanwhile the app's readout does not wait for the store (tui/loader.py `_store_free`).
 
 Where there is no `fork`, or this process already runs other threads (a forked copy of a lock
 another thread holds stays locked forever: DuckDB's, the allocator's, the import lock), or the
@@ -399,7 +399,7 @@ class FirstRead:
     def take_frames(self, view: View, job: dict[str, Any]) -> tuple[dict, dict] | None:
         """(cursor values, frames by chart slot) of the first page the helper drew, recoloured in
         the app's theme, when they were drawn from `view`'s very data for the page size and the
-        choices `job` holds (tui/workers.py `_paint_job`); else None. Handed out once; waits at most
+        choices `job` holds (tui/loader.py `paint_job`); else None. Handed out once; waits at most
         FRAMES_WAIT_S for frames the helper is still drawing."""
         from marinctl.tui.frames import Frame, chart_slot, recoloured
 
