@@ -251,7 +251,8 @@ def test_the_first_view_does_not_wait_for_the_key_list(run_dir, tmp_path):
             time.sleep(5)
             return real(con, run_pks)
         series.keys_of = slow
-        first_read.KEYS_INLINE_STEPS = 0      # as for a long run: its key list follows its view
+        from marinctl.tui import helper
+        helper.KEYS_INLINE_STEPS = 0          # as for a long run: its key list follows its view
         store = Store(os.path.join(home, "marinctl.duckdb"))
         early = first_read.FirstRead(store, wandb_dir)
         assert early._pid is not None, "no helper forked"
