@@ -24,10 +24,12 @@ from contextlib import ExitStack
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from marinctl.tui import settings
+from marinctl.tui.settings import SIDEBAR_COLUMNS
+
 if TYPE_CHECKING:
     from marinctl.views.watch_view import View, ViewParams
     from marinctl.store import Store
-    from marinctl.tui import settings
 
 PROGRESS_EVERY_S = 2.0   # after the first view, how often the helper says more has landed (as tui/live.py)
 HOLD_BYTES = 32 << 20    # a catch-up of files up to this size keeps the store open throughout
@@ -46,14 +48,14 @@ def params_for(layout: settings.Layout, ref: str | None) -> ViewParams:
 
 
 def bucket_guess(width: int) -> int:
-    """Buckets per chart for a terminal `width` columns wide (the sidebar and margins take ~34)."""
-    return int(max(80, min(600, max(60, width - 34))))
+    """Buckets per chart for a terminal `width` columns wide (the runs sidebar takes its share)."""
+    return int(max(80, min(600, max(60, width - SIDEBAR_COLUMNS))))
 
 
 def _plan_and_read(store: Store, target: str | None, terminal: tuple[int, int], send, *, catch_up: bool) -> None:
     """Plan TARGET, `send` the plan (or the error), catch a local run up and draw the first page
     (when `catch_up`: in the helper process), `send` the view."""
-    # one DuckDB instance from the plan to the first view (each open of the file builds one: ~35 ms)
+    # one DuckDB instance from the plan to the first view (each open of the file builds one anew)
     # and, for a small catch-up, to the last; else let go after the first view (the app may read)
     with ExitStack() as held:
         held.enter_context(store.held())
@@ -66,7 +68,7 @@ def _plan_and_read_held(store: Store, target: str | None, terminal: tuple[int, i
     from marinctl.errors import MarinctlError
     from marinctl.sync import plan_watch
     from marinctl.sync.targets import local_targets
-    from marinctl.tui import settings, startup
+    from marinctl.tui import startup
 
     try:
         plan = plan_watch(store, target)
@@ -105,7 +107,7 @@ def _plan_and_read_held(store: Store, target: str | None, terminal: tuple[int, i
                 os.nice(5)    # the rest of the catch-up yields to the screen starting on the other core
         viewed = True
         if keyed is None and shown.error is None:
-            # a big run's list (seconds at hero scale, a scan of every stored row) follows its view:
+            # a big run's list (a scan of every stored row) follows its view:
             # the view that knows the keys (the page count; no second read in the app), then the keys
             keys = keys if keys is not None else key_list(store, shown.ref)
             keyed = with_keys(shown, keys) or build_view(store, replace(params, all_keys=tuple(keys)))
@@ -132,7 +134,7 @@ def _plan_and_read_held(store: Store, target: str | None, terminal: tuple[int, i
 
 def _draw_first_page(store: Store, view: View, layout: settings.Layout, terminal: tuple[int, int], send) -> None:
     """`send` the frames of `view`'s first page, drawn here while the app imports Textual and lays
-    its screen out (in the app they took ~60–150 ms of the CPU it starts on, before the first chart).
+    its screen out (in the app they would take the CPU it starts on, just before the first chart).
     Sized for the page the app will lay out on `terminal` (`frames.page_size_guess`), drawn with the
     choices it starts with and in stand-in colours (the theme is Textual's): `FirstRead.take_frames`
     hands them to the first load when all of that holds, recoloured; else the app draws its own."""
