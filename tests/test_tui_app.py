@@ -437,3 +437,31 @@ async def test_the_first_frame_does_not_wait_for_a_helper_holding_the_store(watc
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.mark.parametrize("first", [0, 1])
+async def test_a_finished_run_reads_every_step_done_and_its_tokens(store, first):
+    """A finished SYNTHETIC 60-step run (as `marinctl demo` trains one) that logged no token count:
+    the header reads 100% and 60 steps' tokens (it read 59 / 60 (98.3%) and 59 steps' worth), and
+    the run pane 60 of 60 steps; counting its steps from 0 or, as some trainers do, from 1."""
+    from marinctl import numbers as N
+    from marinctl.domain import RunInfo
+    from marinctl.store.runs import upsert_run
+
+    steps, batch, seq = 60, 4, 16
+    last = first + steps - 1
+    config = {"trainer": {"num_train_steps": steps, "train_batch_size": batch}, "model": {"seq_len": seq}}
+    with store.transaction() as con:
+        pk = upsert_run(con, RunInfo(source="local", run_id="finished-synthetic", name="finished-synthetic",
+                                     state="finished", config=config))
+        con.execute("INSERT INTO metric_keys (key) VALUES ('train/loss')")
+        con.execute(f"INSERT INTO metrics SELECT ?, 1, s, 5.0 - s / 50 FROM range({first}, {last + 1}) t(s)", [pk])
+        con.execute("UPDATE runs SET last_step = ? WHERE run_pk = ?", [last, pk])
+    app = WatchApp("finished-synthetic", 30, store=store, autosync=False)
+    async with run_test(app) as pilot:
+        text = await loaded(pilot)
+        assert f"step {last} / {steps} (100.0%)" in text, text
+        assert f"tokens {N.si(steps * batch * seq)}" in text, text
+        await pilot.press("i")
+        text = await until(pilot, lambda t: "Config (" in t, "i opens the run pane")
+        assert re.search(rf"steps\s+{steps} of {steps}\b", text), text

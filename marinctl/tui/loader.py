@@ -16,6 +16,7 @@ from textual.dom import DOMNode
 from textual.worker import get_current_worker
 
 from marinctl.views.chart_data import Marker, PanelData
+from marinctl.views.run_header import HeaderStats
 from marinctl.views.watch_view import View, ViewParams, build_view, key_list
 from marinctl.errors import MarinctlError
 from marinctl.tui import messages as msg
@@ -74,8 +75,9 @@ class Loader:
     def load_keys(self, ref: str | None) -> None:
         self._run(lambda: self._keys(ref), "keys", exclusive=True)
 
-    def load_pane(self, ref: str | None) -> None:
-        self._run(lambda: self._pane(ref), "pane", exclusive=True)
+    def load_pane(self, ref: str | None, stats: HeaderStats | None = None) -> None:
+        """The run pane of `ref`; `stats`: the header's figures of that run, already read."""
+        self._run(lambda: self._pane(ref, stats), "pane", exclusive=True)
 
     def explain(self, ref: str | None, step: int, nearby: list[Marker]) -> None:
         self._run(lambda: self._explain(ref, step, nearby), "explain", exclusive=True)
@@ -155,13 +157,13 @@ class Loader:
             return
         self._post(msg.KeysLoaded(ref, keys))
 
-    def _pane(self, ref: str | None) -> None:
+    def _pane(self, ref: str | None, stats: HeaderStats | None) -> None:
         from marinctl.views.run_panes import run_pane
         from marinctl.store.lineage import resolve_target
 
         try:
             with self._store.connect() as con:
-                pane = run_pane(con, resolve_target(con, ref, stitched=True))
+                pane = run_pane(con, resolve_target(con, ref, stitched=True), stats)
         except Exception:  # noqa: BLE001 — the pane says it has nothing
             pane = None
         self._post(msg.PaneLoaded(pane))

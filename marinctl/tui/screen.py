@@ -161,11 +161,9 @@ class WatchScreen(Screen):
                          self.figures)
 
     def save_layout(self) -> None:
-        p, panes = self.state.params, self.panes
-        S.save(self.store.path, S.Layout(
-            cols=p.cols, rows=p.rows, pattern=p.pattern, collapsed=sorted(p.collapsed), smoothing=p.smoothing,
-            xmode=p.xmode, logy=sorted(self.state.chart.logy_keys), run_pane=panes.run_pane.display,
-            system_pane=panes.system_pane.display, pane_width=panes.pane_width))
+        panes = self.panes
+        S.save(self.store.path, self.state.layout(run_pane=panes.run_pane.display,
+                                                  system_pane=panes.system_pane.display, pane_width=panes.pane_width))
 
     # -- what the workers post back --------------------------------------------------------------
     def on_planned(self, message: msg.Planned) -> None:
@@ -212,7 +210,7 @@ class WatchScreen(Screen):
             self.call_after_refresh(chart.focus)     # once the page's new charts are mounted
             self._focus_after_load = None
         if first_of_run and self.panes.run_pane.display:
-            self.loader.load_pane(self.state.params.ref)
+            self.loader.load_pane(self.state.params.ref, self.state.shown_stats())
         if not self.live.first_painted.is_set():
             self.call_after_refresh(self._first_paint)
         if self._keys_after_first:
@@ -379,7 +377,7 @@ class WatchScreen(Screen):
 
     def action_run_pane(self) -> None:
         if self.panes.toggle(self.panes.run_pane):
-            self.loader.load_pane(self.state.params.ref)
+            self.loader.load_pane(self.state.params.ref, self.state.shown_stats())
         self.save_layout()
 
     def action_system_pane(self) -> None:

@@ -18,6 +18,7 @@ from marinctl import numbers as N
 from marinctl.views.chart_axis import X_MODES
 from marinctl.views.chart_data import SMOOTHINGS, Logged
 from marinctl.views.metric_pages import CURATED, browsable, group_of
+from marinctl.views.run_header import HeaderStats
 from marinctl.views.watch_view import View, ViewParams
 from marinctl.tui import settings as S
 from marinctl.tui.paint import ChartState, view_cursor
@@ -66,6 +67,17 @@ class WatchState:
             self.params = replace(self.params, page=view.page, jump=None)
         if p.all_keys is not None and self.params.all_keys is None:
             self.params = replace(self.params, all_keys=p.all_keys)     # the first-read helper listed the keys
+
+    def shown_stats(self) -> HeaderStats | None:
+        """The header's figures of the run on screen (the run pane shows the same)."""
+        view = self.view
+        return view.header if view is not None and view.ref == self.params.ref else None
+
+    def layout(self, **panes: Any) -> S.Layout:
+        """What is remembered per store: the view's layout choices, the log-y charts and `panes`."""
+        p = self.params
+        return S.Layout(cols=p.cols, rows=p.rows, pattern=p.pattern, collapsed=sorted(p.collapsed),
+                        smoothing=p.smoothing, xmode=p.xmode, logy=sorted(self.chart.logy_keys), **panes)
 
     # -- the cursor ------------------------------------------------------------------------------
     def has_axis(self) -> bool:

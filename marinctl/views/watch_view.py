@@ -180,7 +180,7 @@ def build_view(store, params: ViewParams) -> View:
         full_lo, full_hi = S.key_step_range(con, target.segments, keys or curated or list(DEFAULT_PANELS))
         if full_lo is None and target.leaf.get("last_step") is not None:
             full_lo, full_hi = 0, int(target.leaf["last_step"])
-        view.header = header_stats(con, target, last_step=full_hi)
+        view.header = header_stats(con, target, last_step=full_hi, first_step=full_lo)
         if full_lo is None:
             view.error = f"{target.name} has no history stored yet"
             return view
