@@ -15,7 +15,7 @@ from textual.message import Message
 from textual.widgets import Input, Static
 
 from marinctl.views.run_panes import RunPane, Row, matching_rows
-from marinctl.text import inert
+from marinctl.text import inert, markup_safe
 from marinctl.tui import settings as S
 from marinctl.tui.charts import MetricChart
 from marinctl.tui.state import WatchState
@@ -83,7 +83,8 @@ class RunPaneView(EdgeDraggable):
 
     def show(self, pane: RunPane | None) -> None:
         self.pane = pane
-        self.border_title = f"run · {inert(pane.run, single_line=True)}" if pane else "run"
+        # a border title is markup: the run's name is escaped, not just made inert
+        self.border_title = f"run · {markup_safe(pane.run, single_line=True, dialect='textual')}" if pane else "run"
         self._draw()
 
     def on_input_changed(self, event: Input.Changed) -> None:
