@@ -213,7 +213,7 @@ def test_a_helper_that_never_answers_does_not_hold_the_watch(run_dir, tmp_path):
         first_read._plan_and_read = lambda *a, **k: time.sleep(600)     # only the helper calls it
         first_read.HELPER_WAIT_S = 1.0
         early = first_read.FirstRead(Store(os.path.join(home, "marinctl.duckdb")), wandb_dir)
-        pid, t0 = early._pid, time.monotonic()
+        pid = early._pid
         assert pid is not None, "no helper forked"
         plan = early.plan()
         assert plan[1] == [wandb_dir], plan
@@ -223,19 +223,19 @@ def test_a_helper_that_never_answers_does_not_hold_the_watch(run_dir, tmp_path):
             raise AssertionError("the stuck helper still runs")
         except ProcessLookupError:
             pass
-        print(f"planned here after {time.monotonic() - t0:.1f} s")
-    ''', timeout=60)
+        print("planned here")
+    ''', timeout=60)                 # the stuck helper would sleep 600 s: planning here ended first
     assert done.returncode == 0, done.stderr
-    seconds = float(done.stdout.split()[-2])
-    assert 1.0 <= seconds < 15, done.stdout
+    assert done.stdout.strip() == "planned here", done.stdout
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the helper process needs fork")
 def test_the_first_view_does_not_wait_for_the_key_list(run_dir, tmp_path):
-    """Listing a run's keys (for paging and the filter) scans every stored row: seconds at hero scale,
-    and the first chart waited for it (4 s in a terminal on a 389k-step store). For a long run the
-    helper now sends the first view, then the key list, which the app's keys worker takes. Listing
-    is slowed here, and the run counted as long."""
+    """Listing a run's keys (for paging and the filter) scans every stored row (seconds at hero
+    scale), and the first chart waited for it. For a long run the helper sends the first view, then
+    the key list, which the app's keys worker takes. Here listing waits until the view has been
+    taken (a file says so), and the run is counted as long: a view that waited for the list would
+    not come before the helper is given up on."""
     wandb_dir, _ = run_dir
     home = tmp_path / "home"
     synced = subprocess.run([sys.executable, "-m", "marinctl", "sync", str(wandb_dir)], capture_output=True, text=True,
@@ -245,31 +245,32 @@ def test_the_first_view_does_not_wait_for_the_key_list(run_dir, tmp_path):
         from dataclasses import replace
         os.environ["OPENBLAS_NUM_THREADS"] = "1"       # as the CLI sets it: numpy's import then starts no thread
         from marinctl.store import series
-        from marinctl.tui import settings
+        from marinctl.tui import helper, settings
+        viewed = os.path.join(home, "viewed")
         real = series.keys_of
-        def slow(con, run_pks):
-            time.sleep(5)
+        def after_the_view(con, run_pks):             # (in the helper) until the app has the view
+            deadline = time.monotonic() + 60
+            while not os.path.exists(viewed) and time.monotonic() < deadline:
+                time.sleep(0.01)
             return real(con, run_pks)
-        series.keys_of = slow
-        from marinctl.tui import helper
+        series.keys_of = after_the_view
         helper.KEYS_INLINE_STEPS = 0          # as for a long run: its key list follows its view
+        first_read.HELPER_WAIT_S = 20.0       # a view that waited for the list would not come in time
         store = Store(os.path.join(home, "marinctl.duckdb"))
         early = first_read.FirstRead(store, wandb_dir)
         assert early._pid is not None, "no helper forked"
         ref, _ = early.plan()
-        t0 = time.monotonic()
         params = replace(first_read.params_for(settings.load(store.path), ref),
                          buckets=first_read.bucket_guess(first_read.terminal_size()[0]))
         view = early.take(params)
-        viewed = time.monotonic() - t0
         assert view is not None and view.error is None and "train/loss" in [p.key for p in view.panels], view
+        open(viewed, "w").close()
         keys = early.take_keys(view.ref)
-        print(f"{viewed:.2f} {time.monotonic() - t0:.2f}", " ".join(keys))
+        print(" ".join(keys or []))
         assert early.wait_done(60)
     ''')
     assert done.returncode == 0, done.stderr
-    viewed, keyed, *keys = done.stdout.split()
-    assert float(viewed) < 3 <= float(keyed), done.stdout     # the view first; the slowed list after it
+    keys = done.stdout.split()
     logged = {"train/loss", "grad/norm/total", "optim/learning_rate", *(f"synthetic/k{i}" for i in range(9))}
     assert logged <= set(keys) and keys == sorted(keys), keys
 
@@ -278,7 +279,7 @@ def test_the_first_view_does_not_wait_for_the_key_list(run_dir, tmp_path):
 def test_a_short_run_s_key_list_does_not_wait_for_the_helper_s_frames(run_dir, tmp_path):
     """A short run's key list comes with its view; the helper then draws the first page's frames.
     The app's keys worker (the page count, the filter) waited for those frames too: the list was
-    sent after them. Drawing is slowed here; the list still comes at once."""
+    sent after them. Here drawing waits until the list has been taken (a file says so)."""
     wandb_dir, _ = run_dir
     home = tmp_path / "home"
     synced = subprocess.run([sys.executable, "-m", "marinctl", "sync", str(wandb_dir)], capture_output=True, text=True,
@@ -287,25 +288,27 @@ def test_a_short_run_s_key_list_does_not_wait_for_the_helper_s_frames(run_dir, t
     done = _first_read_in_a_fresh_process(wandb_dir, home, '''
         os.environ["OPENBLAS_NUM_THREADS"] = "1"
         from marinctl.tui import frames
+        keyed = os.path.join(home, "keyed")
         real = frames.page_size_guess          # called once the helper has said it draws
-        def slow(*args, **kwargs):
-            time.sleep(5)
+        def after_the_keys(*args, **kwargs):
+            deadline = time.monotonic() + 60
+            while not os.path.exists(keyed) and time.monotonic() < deadline:
+                time.sleep(0.01)
             return real(*args, **kwargs)
-        frames.page_size_guess = slow
+        frames.page_size_guess = after_the_keys
+        first_read.HELPER_WAIT_S = 20.0        # a list sent after the frames would not come in time
         store = Store(os.path.join(home, "marinctl.duckdb"))
         early = first_read.FirstRead(store, wandb_dir)
         assert early._pid is not None, "no helper forked"
         ref, _ = early.plan()
-        t0 = time.monotonic()
         keys = early.take_keys(ref)
-        keyed = time.monotonic() - t0
         assert early._drawing.is_set() and not early._drawn.is_set(), "the frames were not being drawn"
-        print(f"{keyed:.2f}", " ".join(keys or []))
+        open(keyed, "w").close()
+        print(" ".join(keys or []))
         early.stop()
     ''')
     assert done.returncode == 0, done.stderr
-    keyed, *keys = done.stdout.split()
-    assert float(keyed) < 3, done.stdout
+    keys = done.stdout.split()
     assert {"train/loss", "grad/norm/total", "optim/learning_rate"} <= set(keys), keys
 
 
