@@ -151,3 +151,12 @@ def github_server(monkeypatch):
     yield start
     for server in reversed(started):
         server.__exit__(None, None, None)
+
+
+@pytest.fixture
+def watch_store(store):
+    """The SYNTHETIC hero lineage, ladder, anomaly and event of tests/tui_store.py, in `store`."""
+    from tests.tui_store import build_watch_store
+
+    build_watch_store(store)
+    return store

@@ -114,22 +114,21 @@ def test_explain_context_of_a_repro_run_uses_its_own_schedule(repro_store, cli):
 
 
 async def _header_text(store, run: str) -> str:
-    from marinctl.tui.app import WatchApp
-    from marinctl.tui.capture import screen_text
+    from tests.watch_pilot import open_watch, run_test, settle, wait_for_text
 
-    app = WatchApp(run, 30, store=store, autosync=False)
-    async with app.run_test(size=(150, 40)) as pilot:
-        for _ in range(200):
-            await pilot.pause(0.05)
-            if app.view is not None and app.view.header is not None and not any(w.is_running for w in app.workers):
-                break
-        return "\n".join(screen_text(app).splitlines()[:3])
+    async with run_test(open_watch(store.path, run)) as pilot:
+        await wait_for_text(pilot, "step ", "tokens ")
+        return "\n".join((await settle(pilot)).splitlines()[:3])
 
 
 @pytest.mark.asyncio
 async def test_watch_header_of_a_repro_run_counts_its_own_steps(repro_store):
+    from marinctl import numbers as N
+
     text = await _header_text(repro_store, "repro-rung1-d768-cpu-synthetic")
-    assert "step 49 / 200 (24.5%)" in text and "tokens 50.18k" in text and "data 2:main" in text
+    done, per_step = 50, 8 * 128          # repro_store logged steps 0..49; its config: batch 8 × seq 128
+    assert f"step 49 / 200 ({N.percent(done / 200)})" in text and f"tokens {N.si(done * per_step)}" in text
+    assert "data 2:main" in text
     assert "11,420" not in text and "5.5e19" not in text           # nothing of the published rung's schedule
     text = await _header_text(repro_store, "repro-rung1-d768-cpu-synthetic-bare")
     assert "step 49 " in text and "/" not in text.split("step 49", 1)[1].split("tokens")[0]

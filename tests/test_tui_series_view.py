@@ -62,12 +62,6 @@ def test_smoothing_ema_and_debiased_match_hand_computed_values():
     assert with_nan.tolist() == [1.0, 1.0, 2.0]
 
 
-@pytest.fixture
-def watch_store(store):
-    build_watch_store(store)
-    return store
-
-
 def test_axes_map_steps_to_tokens_fraction_and_wall_time(watch_store):
     with watch_store.connect() as con:
         hero = resolve_target(con, "hero")
@@ -91,12 +85,19 @@ def test_header_stats_for_the_stitched_hero(watch_store):
     with watch_store.connect() as con:
         hero = resolve_target(con, "hero")
         stats = run_header.header_stats(con, hero)
-    assert stats.step == 799 and stats.total_steps == 800
+    assert stats.step == 799 and stats.steps_done == 800 and stats.total_steps == 800     # steps 0..799
     assert stats.liveness == "stale"            # running, heartbeat months old
     assert stats.flops_budget == rungs.rung("hero")["flops"]
     assert (stats.phase_number, stats.phase_name) == (3, "cooldown")      # 799/800 is past the 0.8 switch
     assert 20 < stats.mfu < 25
-    assert stats.eta_s == pytest.approx(19.8, rel=0.2)   # one step left at ~19.8 s/step
+    assert stats.eta_s == 0                              # every step of its schedule done
+
+
+def test_steps_done_count_from_the_run_s_first_step():
+    assert run_header.steps_done(631) == 632                  # a finished 632-step run's last step
+    assert run_header.steps_done(631, first_step=0) == 632
+    assert run_header.steps_done(632, first_step=1) == 632    # a run that counts from 1
+    assert run_header.steps_done(None) is None
 
 
 def test_liveness_from_state_and_heartbeat():

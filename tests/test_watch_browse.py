@@ -13,6 +13,7 @@ import shutil
 
 import pytest
 
+from marinctl.tui.widgets.sidebar import RunsSidebar
 from tests.tui_store import build_watch_store
 from tests.watch_pilot import open_watch, run_test, screen, settle, wait_for_text
 
@@ -44,6 +45,19 @@ def keys_of(db) -> list[str]:
     store = Store(db)
     with store.connect() as con:
         return read(con, resolve_target(con, "hero", stitched=True).run_pks)
+
+
+def chart_of(app, key: str):
+    """The first chart on screen that shows `key`."""
+    from marinctl.tui.charts import MetricChart
+
+    return next(c for c in app.query(MetricChart) if c.key == key)
+
+
+def mouse(kind, widget, x: int, y: int = 4, button: int = 0):
+    """A mouse event at (`x`, `y`) of `widget`, as a terminal reports it (Pilot has no wheel or drag)."""
+    region = widget.region
+    return kind(widget, x, y, 0, 0, button, False, False, False, region.x + x, region.y + y)
 
 
 def view_line(text: str) -> str:
@@ -164,7 +178,7 @@ async def test_focused_chart_has_its_own_log_y_y_range_and_full_screen(db):
     app = open_watch(db, "hero")
     async with run_test(app) as pilot:
         await ready(pilot)
-        loss = app._page.chart_for("train/loss")
+        loss = chart_of(app, "train/loss")
         await pilot.click(loss, offset=(20, 4))
         await settle(pilot)
         await pilot.press("y")
@@ -187,12 +201,12 @@ async def test_mouse_wheel_zooms_around_the_pointer(db):
     app = open_watch(db, "hero")
     async with run_test(app) as pilot:
         await ready(pilot)
-        loss = app._page.chart_for("train/loss")
-        await pilot._post_mouse_events([events.MouseScrollUp], loss, offset=(loss.size.width // 2, 4))
+        loss = chart_of(app, "train/loss")
+        loss.post_message(mouse(events.MouseScrollUp, loss, loss.size.width // 2))
         text = await wait_for_text(pilot, "steps ")
         lo, hi = (int(v.replace(",", "")) for v in re.search(r"steps ([\d,]+)–([\d,]+)", view_line(text)).groups())
         assert 0 < lo < hi < 799 and 300 <= hi - lo <= 500           # half the 800 steps, around the middle
-        await pilot._post_mouse_events([events.MouseScrollDown], loss, offset=(loss.size.width // 2, 4))
+        loss.post_message(mouse(events.MouseScrollDown, loss, loss.size.width // 2))
         await wait_for_text(pilot, "full range")
 
 
@@ -200,7 +214,7 @@ async def test_space_compares_a_sidebar_run_with_a_legend_and_x_alignment(db):
     app = open_watch(db, "hero")
     async with run_test(app) as pilot:
         await ready(pilot)
-        sidebar = app._sidebar
+        sidebar = app.query_one(RunsSidebar)
         sidebar.focus()
         index = next(i for i in range(sidebar.option_count) if "rung1" in str(sidebar.get_option_at_index(i).prompt))
         sidebar.highlighted = index
@@ -223,12 +237,12 @@ async def test_click_and_drag_move_the_cursor_readout(db):
     app = open_watch(db, "hero")
     async with run_test(app) as pilot:
         await ready(pilot)
-        loss = app._page.chart_for("train/loss")
+        loss = chart_of(app, "train/loss")
         await pilot.click(loss, offset=(loss.size.width // 4, 4))
         text = await settle(pilot)
         first = int(re.search(r"▏step ([\d,]+)", text).group(1).replace(",", ""))
         assert 50 < first < 400                                     # a quarter of the way along 800 steps
-        await pilot._post_mouse_events([events.MouseMove], loss, offset=(3 * loss.size.width // 4, 4), button=1)
+        loss.post_message(mouse(events.MouseMove, loss, 3 * loss.size.width // 4, button=1))
         text = await settle(pilot)
         dragged = int(re.search(r"▏step ([\d,]+)", text).group(1).replace(",", ""))
         assert 400 < dragged < 799                                  # the readout followed the pointer
@@ -251,7 +265,11 @@ async def test_layout_keys_and_panes_on_every_kind_of_run(tmp_path_factory, kind
         text = await wait_for_text(pilot, "Config (")            # (the summary is below, scrolled)
         assert "source" in text and "steps" in text
         await pilot.press("i", "m")
-        await wait_for_text(pilot, "system")
+        # the system pane itself (the key bar always says "system"): the fake W&B server's run has
+        # sampled system metrics (tests/fakes/wandb_history.py); the SDK-written runs turn stats off
+        shown = "system.gpu.0.gpu" if kind == "synced-rung" else "no system metrics stored for this run"
+        text = await wait_for_text(pilot, "╭─ system", shown)
+        assert "Config (" not in text                             # `i` again closed the run pane
         await pilot.press("slash", *"loss", "enter")
         await wait_for_text(pilot, "keys match")
 
@@ -289,15 +307,17 @@ async def _resize_by_keys(pilot, before: int) -> int:
 
 async def _resize_by_dragging_the_border(pilot, before: int) -> int:
     """As LEET's resizable panes: press on the pane's left border, drag, release."""
+    from marinctl.tui import settings
+
     app, saved = pilot.app, []
-    save = app.save_layout
-    app.save_layout = lambda: (saved.append(1), save())[1]
     edge = app.size.width - before
-    await pilot.mouse_down(None, offset=(edge, 10))
-    await pilot.hover(None, offset=(edge - 5, 10))
-    await pilot.mouse_up(None, offset=(edge - 10, 10))
-    assert pane_width(await settle(pilot)) == before + 10
-    assert len(saved) == 1                                     # remembered once, on release
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(settings, "save", lambda path, layout, save=settings.save: (saved.append(layout), save(path, layout)))
+        await pilot.mouse_down(None, offset=(edge, 10))
+        await pilot.hover(None, offset=(edge - 5, 10))
+        await pilot.mouse_up(None, offset=(edge - 10, 10))
+        assert pane_width(await settle(pilot)) == before + 10
+    assert [layout.pane_width for layout in saved] == [before + 10]     # remembered once, on release
     await pilot.click(None, offset=(edge - 40, 20))           # a click elsewhere drags nothing
     return 10
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from datetime import datetime, timezone
 
 import numpy as np
@@ -19,6 +20,7 @@ import pyarrow as pa
 import pytest
 
 from marinctl import numbers as N
+from marinctl.tui.widgets.sidebar import RunsSidebar
 from tests.watch_pilot import open_watch, run_test, screen, settle, wait_for_text
 
 STEPS = 1000
@@ -63,7 +65,24 @@ def exact(store):
 
 
 def readout(text: str) -> str:
-    return next(line for line in text.splitlines() if "▏step" in line)
+    return next((line for line in text.splitlines() if "▏step" in line), "")
+
+
+def cursor(line: str) -> int | None:
+    m = re.search(r"▏step ([\d,]+)", line)
+    return int(m.group(1).replace(",", "")) if m else None
+
+
+async def until(pilot, pred, what: str, timeout: float = 20.0) -> str:
+    """Poll the screen until `pred(screen)` holds (returns the screen) or fail saying `what`."""
+    deadline = time.monotonic() + timeout
+    text = screen(pilot.app)
+    while time.monotonic() < deadline:
+        text = screen(pilot.app)
+        if pred(text):
+            return text
+        await pilot.pause(0.05)
+    raise AssertionError(f"{what}: not seen within {timeout:.0f} s\n{text}")
 
 
 def part(line: str, label: str) -> str:
@@ -79,16 +98,16 @@ async def test_readout_names_the_logged_value_and_its_step(exact):
     async with run_test(app) as pilot:
         await wait_for_text(pilot, "every10")
         await settle(pilot)
-        await pilot.press("home", "right", "right")
-        line = readout(await wait_for_text(pilot, "▏step"))
-        step = int(re.search(r"▏step ([\d,]+)", line).group(1).replace(",", ""))
+        await pilot.press("home", "right")
+        before = cursor(readout(await wait_for_text(pilot, "▏step")))
+        await pilot.press("right")
+        line = readout(await until(pilot, lambda t: cursor(readout(t)) > before, "→ moves the cursor a bucket"))
+        step = cursor(line)
         assert 0 < step < 100 and step % 10 != 0          # a bucket end that is no eval step
-        width = STEPS / app.view.params.buckets             # what the screen's buckets hold
         got = part(line, "loss")
         value, _, env = got.partition(" [")
         assert value == N.sig(loss(step))                   # the value logged at that very step
-        first = int(math.floor((step - 0) / width) * width)
-        bucket = [loss(s) for s in range(first, step + 1)]
+        bucket = [loss(s) for s in range(before + 1, step + 1)]    # the cursor's bucket: after the last one's end
         assert N.sig(float(np.mean(bucket))) != value       # (which a bucket mean is not)
         lo, hi = env.rstrip("]").split("…")
         assert (lo, hi) == (N.sig(min(bucket)), N.sig(max(bucket)))   # the envelope beside it, zoomed out
@@ -129,7 +148,7 @@ def _settled(key: str, shown: str):
         await wait_for_text(pilot, shown)
         await settle(pilot)
         pilot.app.set_focus(None)          # the picture without focus or sidebar highlight (both
-        pilot.app._sidebar.highlighted = None   # depend on the order Textual settles focus in)
+        pilot.app.query_one(RunsSidebar).highlighted = None   # depend on the order Textual settles focus in)
         await settle(pilot)
     return run_before
 
@@ -157,12 +176,12 @@ async def test_readout_is_exact_on_parquet_parts_too(store, tmp_path):
         await wait_for_text(pilot, "▏step")
         await settle(pilot)
         await pilot.press("home", *["right"] * 5)                # well inside the parts
-        line = readout(await wait_for_text(pilot, "▏step"))
-        step = int(re.search(r"▏step ([\d,]+)", line).group(1).replace(",", ""))
+        text = await until(pilot, lambda t: (cursor(readout(t)) or 0) > 0, "→ moves the cursor")
+        step = cursor(readout(text))
         assert 0 < step < 260
         with store.connect() as con:
             segments = resolve_target(con, run.run_id, stitched=True).segments
             steps, values = scan.arrays(con, segments, "train/loss", 0, step + 1)
         assert steps[-1] == step
-        label = app.view.labels["train/loss"]
-        assert part(line, label).split(" [")[0] == N.sig(float(values[-1]))
+        title = re.search(r"train/loss  (\S+)", await settle(pilot))         # the chart's title reads the cursor
+        assert title and title.group(1) == N.sig(float(values[-1]))

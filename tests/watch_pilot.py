@@ -6,7 +6,6 @@ attributes; when the TUI is restructured, only `open_watch` changes.
 
 from __future__ import annotations
 
-import io
 import time
 from pathlib import Path
 
@@ -28,13 +27,9 @@ def run_test(app):
 
 def screen(app) -> str:
     """What the terminal shows now, as plain text (modal screens included)."""
-    from rich.console import Console
+    from marinctl.tui.capture import screen_text
 
-    width, height = app.size
-    console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True,
-                      color_system="truecolor", record=True, legacy_windows=False, safe_box=False)
-    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
-    return "\n".join(line.rstrip() for line in console.export_text(styles=False).splitlines())
+    return screen_text(app).rstrip("\n")
 
 
 def busy(app) -> bool:

@@ -123,6 +123,16 @@ def hero_leaf(con: Connection) -> dict[str, Any] | None:
     return runs_mod.row_to_dict(row, cur.description) if row else None
 
 
+class NoDefaultRun(UserError):
+    """No RUN named, several stored and no hero lineage: the caller says how to name one (`--run`
+    on the command line, TARGET or the sidebar in `watch`)."""
+
+    def __init__(self, runs: int) -> None:
+        super().__init__(f"the store holds {runs} runs and no hero lineage; say which with --run",
+                         "list them with `marinctl runs`")
+        self.runs = runs
+
+
 def resolve_target(con: Connection, ref: str | None, *, stitched: bool = False) -> Target:
     """RUN as the contract names it; None means the hero lineage, else the only run stored."""
     lineage, run = named_run(con, ref)
@@ -145,10 +155,7 @@ def named_run(con: Connection, ref: str | None) -> tuple[str | None, dict[str, A
             return None, all_runs[0]
         if not all_runs:
             raise UnknownRun("the store holds no runs yet", "mirror some with `marinctl sync` (or try `marinctl demo`)")
-        raise UserError(
-            f"the store holds {len(all_runs)} runs and no hero lineage; say which with --run",
-            "list them with `marinctl runs`",
-        )
+        raise NoDefaultRun(len(all_runs))
     if ref == "hero":
         leaf = hero_leaf(con)
         if leaf is None:

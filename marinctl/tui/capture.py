@@ -1,4 +1,8 @@
-"""Plain-text capture of the running app's screen (for the README and for tests that read the screen)."""
+"""Plain-text capture of the running app's screen (for the README and for tests that read the screen).
+
+Textual exports a screen only as SVG (`App.export_screenshot`, which renders the compositor the
+same way); this renders it as text, here and nowhere else.
+"""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Textual-free (plotext, Rich and NumPy only), so the first-read helper process can draw the
 first page's frames while the app is still importing Textual (tui/first_read.py); the app's
-workers draw every later one. Building a plotext frame costs ~7 ms per chart. What a frame
+workers draw every later one. Building a plotext frame is the costly part of a chart. What a frame
 shows is fully described by its panel (the data) and its `FrameSpec` (log-y, y range,
 cursor, title): a frame is reused while both are the same, which is how an unchanged chart is
 never redrawn.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from plotext._figure import _figure_class as PlotextFigure
 from rich.text import Text
@@ -22,16 +22,13 @@ from marinctl.views.chart_data import PanelData
 from marinctl.views.metric_pages import Section
 from marinctl.render.chart import fit_range, paint
 
-if TYPE_CHECKING:
-    from marinctl.tui import settings
+from marinctl.tui import settings
+from marinctl.tui.settings import CHROME_LINES, SIDEBAR_COLUMNS
 
 # The helper draws before Textual, and so the app's theme, is there: on a canvas and with tick
 # labels in these stand-in colours, swapped for the theme's when the app takes the frames
 STAND_IN_THEME = "marinctl-stand-in"
 STAND_IN_CANVAS, STAND_IN_TICKS = (1, 2, 3), (4, 5, 6)
-# the screen around the chart page (tui/app.tcss): the header's 3 lines, the cursor bar and the
-# footer below the page, the runs sidebar on its left; the run/system panes on its right when open
-CHROME_LINES, SIDEBAR_COLUMNS = 5, 34
 
 
 @dataclass(frozen=True)

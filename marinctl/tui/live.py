@@ -5,9 +5,10 @@
   window, and a `StoreChanged` message as soon as a window lands. `r` wakes it at once. When
   `watch` was started on it from the CLI, the first-read helper (tui/first_read.py) has caught
   the file up in its own process first; the follower waits for it and tails from where it stopped.
-- A W&B target is synced every `--interval` seconds (shown in the header); `r` syncs now.
-- Whatever else writes the store (a `sync` in another terminal) is noticed by a ~1 ms check
-  of the store's data version every CHECK_S; nothing is re-read while it stays the same.
+- A W&B target is synced every `--interval` seconds (shown in the header); `r` syncs now, under
+  the per-target sync lock `marinctl sync` also takes.
+- Whatever else writes the store (a `sync` in another terminal) is noticed by a check of the
+  store's data version every CHECK_S; nothing is re-read while it stays the same.
 """
 
 from __future__ import annotations
@@ -15,13 +16,18 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
+from textual.dom import DOMNode
+
+from marinctl.errors import MarinctlError, RuntimeFailure
 from marinctl.tui import messages as msg
 
 if TYPE_CHECKING:
-    from marinctl.tui.app import WatchApp
+    from marinctl.store import Store
+    from marinctl.tui.first_read import FirstRead
 
+SyncFn = Callable[["Store", list[str]], dict]
 FOLLOW_S = 0.5          # seconds between stats of a followed file
 CHECK_S = 2.0           # seconds between data-version checks when nothing else tells us
 FIRST_PAINT_WAIT_S = 5.0   # the most the follower waits for the first view to be painted
@@ -30,131 +36,173 @@ PROGRESS_EVERY_S = 2.0  # during a long first read: after the first window (draw
 
 
 class Live:
-    """Mixed into WatchApp: the follower, the poller and the data-version check."""
+    """The follower, the poller and the data-version check of one screen (`node`), which gets
+    `StoreChanged`, `FollowStatus` and `SyncFinished` messages."""
 
-    def start_live(self: WatchApp, local: list[str], remote: list[str]) -> None:
-        if getattr(self, "_live_stopped", False):
-            return      # a plan that lands as the app closes: a follower started now would never be told to stop
-        header = self._header
-        if local and self.autosync:
-            header.mode = "follow"
-            self._follow_stop = threading.Event()
-            self._follow_wake = threading.Event()
+    def __init__(self, node: DOMNode, store: Store, sync_fn: SyncFn, *, interval: float, autosync: bool,
+                 shown_version: Callable[[], Any], busy: Callable[[], bool], early: FirstRead | None = None) -> None:
+        """`shown_version()`: the store's data version the view on screen was read at; `busy()`: no
+        view yet, or a read under way (nothing to check); `early`: the first-read helper."""
+        self._node, self._store, self._sync_fn = node, store, sync_fn
+        self.interval, self._autosync, self._early = interval, autosync, early
+        self._shown_version, self._busy = shown_version, busy
+        self.targets: list[str] = []        # what `r` and the poller sync (planned from TARGET)
+        self.syncing = False
+        self.polled_at: float | None = None     # wall clock of the follower's last look at the file
+        self.first_painted = threading.Event()   # the first view is on the screen
+        self._stopped = threading.Event()
+        self._wake = threading.Event()
+        self._following = False
+        self._stamp: tuple | None = None
+        if early is not None:
+            early.listen(self._helper)
+
+    def start(self, local: list[str], remote: list[str]) -> str:
+        """Follow `local` files, or poll `remote` targets; returns how: 'follow', 'poll' or 'store'."""
+        if self._stopped.is_set():
+            return "store"     # a plan that lands as the screen closes: a follower now would never be told to stop
+        mode = "store"
+        if local and self._autosync:
+            mode, self._following = "follow", True
             for path in local:
-                self.run_worker(lambda p=path: self._follow_worker(p), thread=True, group="follow",
-                                exit_on_error=False, name=f"follow {path}")
-        elif remote and self.autosync:
-            header.mode, header.interval = "poll", self.interval
+                self._node.run_worker(lambda p=path: self._follow(p), thread=True, group="follow",
+                                      exit_on_error=False, name=f"follow {path}")
+        elif remote and self._autosync:
+            mode = "poll"
             self.sync_now()
-            self.set_interval(self.interval, self.sync_now)
-        self.set_interval(CHECK_S if not local else 5 * CHECK_S, self.check_store)
-        header.redraw()
+            self._node.set_interval(self.interval, self.sync_now)
+        self._node.set_interval(CHECK_S if not local else 5 * CHECK_S, self._check)
+        return mode
 
-    def stop_live(self: WatchApp) -> None:
-        self._live_stopped = True
-        stop = getattr(self, "_follow_stop", None)
-        if stop is not None:
-            stop.set()
-            self._follow_wake.set()
-        if self._first_read_early is not None:
-            self._first_read_early.stop()
+    def stop(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+        if self._early is not None:
+            self._early.stop()
 
-    def on_helper(self: WatchApp, message: tuple) -> None:
-        """What the first-read helper (tui/first_read.py) says while it catches a local run up
-        (called on its receiving thread): the same messages the follower posts."""
-        kind = message[0]
-        if kind == "changed":
-            self.post_message(msg.StoreChanged(message[1]))
-        elif kind in ("progress", "warn"):
-            self.post_message(msg.FollowStatus(message[1], problem=kind == "warn"))
-
-    def wake_follower(self: WatchApp) -> bool:
-        wake = getattr(self, "_follow_wake", None)
-        if wake is None:
+    def wake(self) -> bool:
+        """`r` on a followed file: read it now. False when nothing is followed."""
+        if not self._following:
             return False
-        wake.set()
+        self._wake.set()
         return True
 
-    def check_store(self: WatchApp) -> None:
+    def sync_now(self, asked: bool = False) -> None:
+        """Sync the planned targets now (`asked`: the user pressed `r`)."""
+        if self.syncing or not self.targets:
+            return
+        self.syncing = True
+        self._node.post_message(msg.SyncStarted())
+        targets = list(self.targets)
+        self._node.run_worker(lambda: self._sync(targets, asked), thread=True, group="sync", exit_on_error=False)
+
+    def _helper(self, message: tuple) -> None:
+        """What the first-read helper says while it catches a local run up (on its receiving
+        thread): the same messages the follower posts."""
+        kind = message[0]
+        if kind == "changed":
+            self._node.post_message(msg.StoreChanged(message[1]))
+        elif kind in ("progress", "warn"):
+            self._node.post_message(msg.FollowStatus(message[1], problem=kind == "warn"))
+
+    def _check(self) -> None:
         """Re-read only when the store's data version moved (another process, a sync pass).
 
         A write changes the DuckDB file or its WAL: while neither's size and mtime moved, nothing
-        is opened at all (opening a connection every CHECK_S was most of an idle view's CPU).
+        is opened at all (an idle view would otherwise open a connection every CHECK_S).
         """
-        if self._loading or self.view is None:
+        if self._busy():
             return
-        stamp = _file_stamp(self.store.path)
-        if stamp == getattr(self, "_file_stamp", None):
+        stamp = _file_stamp(self._store.path)
+        if stamp == self._stamp:
             return
-        self._file_stamp = stamp
-        self.run_worker(self._version_worker, thread=True, group="version", exclusive=True, exit_on_error=False)
+        self._stamp = stamp
+        self._node.run_worker(self._version, thread=True, group="version", exclusive=True, exit_on_error=False)
 
     # -- threads -----------------------------------------------------------------------------
-    def _version_worker(self: WatchApp) -> None:
+    def _version(self) -> None:
         from marinctl.store.series import data_version
 
         try:
-            with self.store.connect() as con:
+            with self._store.connect() as con:
                 version = data_version(con)
         except Exception:  # noqa: BLE001 — a busy store: try again at the next check
             return
-        if version != self._version:
-            self.post_message(msg.StoreChanged([]))
+        if version != self._shown_version():
+            self._node.post_message(msg.StoreChanged([]))
 
-    def _follow_worker(self: WatchApp, target: str) -> None:
-        """Tail every `.wandb` file under `target` until the app stops (holding its sync lock)."""
-        from marinctl.errors import RuntimeFailure
+    def _sync(self, targets: list[str], asked: bool) -> None:
+        from marinctl.store import synclock
+
+        def done(ok: bool, summary: str = "", error: str | None = None, offline: bool = False) -> None:
+            self._node.post_message(msg.SyncFinished(ok, summary, error=error, offline=offline, asked=asked))
+
+        try:
+            with synclock.acquire_all(self._store.path, targets, owner="watch"):
+                report = self._sync_fn(self._store, targets)
+        except RuntimeFailure as exc:
+            return done(False, error=exc.message, offline="already syncing" not in exc.message)
+        except MarinctlError as exc:
+            return done(False, error=exc.message)
+        except Exception as exc:  # noqa: BLE001 — e.g. a network error class we did not map
+            return done(False, error=f"{type(exc).__name__}: {exc}", offline=True)
+        runs = (report or {}).get("runs") or []
+        rows = sum(int(r.get("rows_added") or 0) for r in runs)
+        done(True, f"{rows} rows" + (f"|{runs[-1].get('run')}" if runs and runs[-1].get("run") else ""))
+
+    def _follow(self, target: str) -> None:
+        """Tail every `.wandb` file under `target` until the screen closes (holding its sync lock)."""
         from marinctl.store import synclock
 
         path = Path(target).expanduser()
-        stop, wake = self._follow_stop, self._follow_wake
-        early = self._first_read_early
+        stop, wake, early = self._stopped, self._wake, self._early
         if early is not None:
             while not stop.is_set() and not early.wait_done(FOLLOW_S):
                 pass    # the first-read helper is catching the run up under the sync lock: tail from where it stops
             early.retire()
-            # the follower's first pass imports the sync pipeline (~0.15 s of CPU): on the GIL that
-            # is time the first paint would wait for, and the helper has just caught the file up
+            # the follower's first pass imports the sync pipeline: on the GIL that is time the first
+            # paint would wait for, and the helper has just caught the file up
             self.first_painted.wait(FIRST_PAINT_WAIT_S)
         while not stop.is_set() and not path.exists():
-            self.post_message(msg.FollowStatus(f"waiting for {path.name}"))
+            self._node.post_message(msg.FollowStatus(f"waiting for {path.name}"))
             wake.wait(FOLLOW_S)
             wake.clear()
         try:
-            with synclock.acquire(self.store.path, target, owner="watch"):
-                self._follow_loop(path, stop, wake)
+            with synclock.acquire(self._store.path, target, owner="watch"):
+                self._follow_loop(path)
         except RuntimeFailure as exc:
             # another marinctl (`sync --follow`) tails it: show what it writes, checking often
-            self.post_message(msg.FollowStatus(exc.message + "; showing what it writes", problem=True))
+            self._node.post_message(msg.FollowStatus(exc.message + "; showing what it writes", problem=True))
             while not stop.is_set():
-                self._version_worker()
+                self._version()
                 stop.wait(FOLLOW_S)
 
-    def _follow_loop(self: WatchApp, path: Path, stop: threading.Event, wake: threading.Event) -> None:
+    def _follow_loop(self, path: Path) -> None:
         """`sync --follow`'s loop (sync/local.py `follow`), woken early by `r`, reporting to the header."""
         from marinctl.sync.local import follow
 
+        post = self._node.post_message
         last_post = [0.0]          # the first window that lands is drawn at once, then every PROGRESS_EVERY_S
         said = [""]
 
         def say(text: str, problem: bool = False) -> None:
             if text != said[0]:
                 said[0] = text
-                self.post_message(msg.FollowStatus(text, problem))
+                post(msg.FollowStatus(text, problem))
 
         def progress(run: str, done: int, total: int) -> None:
             now = time.monotonic()
             if now - last_post[0] >= PROGRESS_EVERY_S:    # a long first read: show what has landed so far
                 last_post[0] = now
                 say(f"reading {run}: {done * 100 // max(1, total)}%")
-                self.post_message(msg.StoreChanged([]))
+                post(msg.StoreChanged([]))
 
         def polled(_seconds: float) -> None:
-            self.follow_polled_at = time.time()
+            self.polled_at = time.time()
             say(f"following {path.name} every {FOLLOW_S:g} s")
 
-        follow(self.store, path, interval=FOLLOW_S, stop=_Clock(stop, wake, polled),
-               on_update=lambda changed: self.post_message(msg.StoreChanged(changed)),
+        follow(self._store, path, interval=FOLLOW_S, stop=_Clock(self._stopped, self._wake, polled),
+               on_update=lambda changed: post(msg.StoreChanged(changed)),
                progress=progress, warn=lambda text: say(text, True))
 
 

@@ -12,12 +12,17 @@ from textual.message import Message
 class ViewLoaded(Message):
     """A fresh read of the store for the current target and view settings."""
 
-    view: Any                          # analysis.watch_view.View (plain data)
+    view: Any                          # views.watch_view.View (plain data)
     frames: dict[str, Any] = field(default_factory=dict)   # key -> charts.Frame built off-thread
     generation: int = 0                # which reload asked for it (older ones are dropped)
     version: Any = None                # the store's data version the read saw
     values: dict[str, Any] = field(default_factory=dict)   # key -> chart_data.Logged at the cursor
     error: str | None = None           # the read failed (the last good frame stays up)
+
+
+@dataclass
+class SyncStarted(Message):
+    """A background sync pass started (the header says so until it ends)."""
 
 
 @dataclass
@@ -28,6 +33,7 @@ class SyncFinished(Message):
     summary: str
     error: str | None = None
     offline: bool = False
+    asked: bool = False                # `r` started it (a failure is said again, even the same one)
 
 
 @dataclass
@@ -80,6 +86,6 @@ class FollowStatus(Message):
 
 @dataclass
 class PaneLoaded(Message):
-    """The run pane's overview, config and summary (analysis.run_panes.RunPane)."""
+    """The run pane's overview, config and summary (views.run_panes.RunPane)."""
 
     pane: Any

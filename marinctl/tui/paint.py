@@ -93,7 +93,7 @@ def page_frames(view: View, job: dict[str, Any], values: dict[str, Logged],
                 cancelled: Callable[[], bool] = lambda: False) -> dict[str, Frame]:
     """Frames for every chart of the view at the size it will have on screen, by chart slot (a key
     shown twice, in the overview and in its own section, may have two sizes: one frame each).
-    `job` says what the screen holds (tui/workers.py `_paint_job`); a frame in `job["shown"]` (on
+    `job` says what the screen holds (tui/loader.py `paint_job`); a frame in `job["shown"]` (on
     screen) or `job["early"]` (the helper's) that is this very panel drawn the same way is kept."""
     if view.error or view.axis is None:
         return {}

@@ -1,4 +1,4 @@
-"""The text lines around the charts: the cursor readout and the current view settings.
+"""The text around the charts: the cursor readout, the view settings, the notice, the panes' notes.
 
 Pure functions of the view (views/watch_view.py) so the words can be checked without a
 terminal; numbers through `marinctl.numbers`, stored names through `inert`.
@@ -83,3 +83,33 @@ def view_line(view: View, logy: bool, logy_charts: int = 0) -> str:
         parts.append(f"filter /{p.pattern}/")
     parts.append(page_line(view))
     return " · ".join(parts)
+
+
+def notice_text(view: View, starting: str | None) -> str:
+    """The line over the charts: why there is nothing to draw, or that the filter matched nothing."""
+    if view.error and starting and (view.ref is None or "no runs" in view.error or "no history" in view.error):
+        return f"{starting} (the view appears as soon as the first steps are written)"
+    if view.error:
+        return view.error
+    if view.params.pattern and not view.matched:
+        return f"no key matches /{view.params.pattern}/ (esc clears the filter)"
+    return ""
+
+
+def offline_text(view: View | None) -> str:
+    """What the view shows while W&B cannot be reached (never "cache from never")."""
+    if view is None:
+        return "reading the store…"
+    if view.cache_time is not None:
+        return f"showing cache from {view.cache_time.strftime('%Y-%m-%d %H:%M UTC')}"
+    return "showing what the store holds" if view.panels else "nothing synced yet"
+
+
+def system_note(view: View) -> str:
+    """What the system pane says over its charts, or instead of them."""
+    if view.system_panels:
+        return view.system_note       # how samples taken by time sit on the step axis ('' for history keys)
+    if view.total_keys is None:
+        return "listing the run's keys…"
+    return ("no system metrics stored for this run (W&B records GPU/CPU/memory stats every 15 s"
+            " unless the run disabled them)")

@@ -15,6 +15,9 @@ from pathlib import Path
 FILE_NAME = "watch-settings.json"
 MAX_COLS, MAX_ROWS = 6, 8
 MIN_PANE, MAX_PANE = 24, 160
+# the screen around the chart page (tui/app.tcss): the header's 3 lines, the cursor bar and the
+# footer below the page, the runs sidebar on its left; the run/system panes on its right when open
+CHROME_LINES, SIDEBAR_COLUMNS = 5, 34
 
 
 @dataclass

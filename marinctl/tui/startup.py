@@ -1,8 +1,8 @@
 """`watch`'s start: Python's cycle collector paused until the first view is on the screen.
 
-Importing Textual, NumPy and plotext and laying the screen out allocate ~90k objects that live
-as long as the app. The collector walked them again and again as they came, ~7% of the CPU
-before the first chart (all of it on the way to it), and found next to nothing to free.
+Importing Textual, NumPy and plotext and laying the screen out allocate tens of thousands of
+objects that live as long as the app. The collector would walk them again and again as they
+come, on the way to the first chart, and find next to nothing to free.
 `pause` stops it for the start; `resume` (at the first paint, RESUME_AFTER_S at the latest)
 moves what was allocated so far out of its reach for good (`gc.freeze`: later collections skip
 the app's long-lived objects) and starts it again.

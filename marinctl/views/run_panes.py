@@ -88,7 +88,7 @@ def source_of(run: dict[str, Any]) -> str:
 def overview_rows(con: Connection, target: Target, stats: HeaderStats | None = None) -> list[Row]:
     stats = stats or header_stats(con, target)
     leaf = target.leaf
-    steps = N.count(stats.step) + (f" of {N.count(stats.total_steps)}" if stats.total_steps else "")
+    steps = N.count(stats.steps_done) + (f" of {N.count(stats.total_steps)}" if stats.total_steps else "")
     rows: list[Row] = [
         ("run", leaf.get("run_id") or "?"), ("name", leaf.get("name") or N.DASH),
         ("state", stats.liveness + (f" ({leaf.get('state')})" if leaf.get("state") not in (None, stats.liveness) else "")),

@@ -151,7 +151,7 @@ def key_list(store, ref: str | None) -> list[str]:
 def build_view(store, params: ViewParams) -> View:
     """Read everything one frame needs in one short connection (runs in a worker thread)."""
     from marinctl.errors import UserError
-    from marinctl.store.lineage import resolve_target
+    from marinctl.store.lineage import NoDefaultRun, resolve_target
 
     view = View(params, ref=params.ref)
     with store.connect() as con:
@@ -160,6 +160,10 @@ def build_view(store, params: ViewParams) -> View:
         view.cache_time = runs_store.last_synced(con)
         try:
             target = resolve_target(con, params.ref, stitched=True)
+        except NoDefaultRun as exc:        # watch names a run by TARGET or in its sidebar, not by --run
+            view.error = (f"the store holds {exc.runs} runs and no hero lineage: pick one in the runs sidebar"
+                          " (tab, ↓, enter) or open it with `marinctl watch RUN` — list them with `marinctl runs`")
+            return view
         except UserError as exc:
             view.error = exc.message + (f" — {exc.hint}" if exc.hint else "")
             return view
@@ -176,7 +180,7 @@ def build_view(store, params: ViewParams) -> View:
         full_lo, full_hi = S.key_step_range(con, target.segments, keys or curated or list(DEFAULT_PANELS))
         if full_lo is None and target.leaf.get("last_step") is not None:
             full_lo, full_hi = 0, int(target.leaf["last_step"])
-        view.header = header_stats(con, target, last_step=full_hi)
+        view.header = header_stats(con, target, last_step=full_hi, first_step=full_lo)
         if full_lo is None:
             view.error = f"{target.name} has no history stored yet"
             return view

@@ -1,9 +1,8 @@
-"""The key bar: the keys the focused widget and the screen answer to, in one widget.
+"""The key bar: the keys the focused widget, its containers, the screen and the app answer to.
 
-Textual's Footer mounts a widget per key (13 here), binds each to its `compact` reactive and
-restyles each on every rebuild: ~70 ms of the ~1 s before watch's first chart (measured with
-bench/bench_watch_terminal.py's tmux timer, side by side). This bar draws the same keys as one
-line, rebuilt only when the keys shown change (a focus change, a modal, the filter box), in the
+Textual's Footer mounts a widget per key, binds each to its `compact` reactive and restyles each
+on every rebuild, all before watch's first chart. This bar draws the same keys as one line,
+rebuilt only when the keys shown change (a focus change, a modal, the filter box), in the
 Footer's theme colours (app.tcss); clicking a key presses it, as with the Footer.
 """
 
@@ -56,11 +55,14 @@ class KeyFooter(Widget):
 
 
 def _shown_keys(screen: Screen) -> tuple:
-    """(key, its display, description, enabled) of each binding shown, the palette's last."""
+    """(key, its display, description, enabled) of each binding shown: the app's first, then the
+    screen's, then those of the focused widget and its containers (outermost first, a key where
+    it is first bound, doing what its innermost binding does), the palette's last."""
     app = screen.app
     seen: set[str] = set()
     keys, palette = [], ()
-    for _, binding, enabled, _tooltip in screen.active_bindings.values():
+    active = screen.active_bindings
+    for key, (node, binding, enabled, _tooltip) in sorted(active.items(), key=lambda kv: _depth(kv[1].node)):
         if binding.action in ("command_palette", "app.command_palette"):
             if app.ENABLE_COMMAND_PALETTE and binding.key == app.COMMAND_PALETTE_BINDING:
                 palette = ((binding.key, app.get_key_display(binding), binding.description, enabled),)
@@ -69,3 +71,7 @@ def _shown_keys(screen: Screen) -> tuple:
             seen.add(binding.action)
             keys.append((binding.key, app.get_key_display(binding), binding.description, enabled))
     return tuple(keys) + palette
+
+
+def _depth(node) -> int:
+    return len(node.ancestors_with_self)

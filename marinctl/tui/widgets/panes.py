@@ -1,4 +1,6 @@
-"""The side panes: the run pane (`i`: overview, config, summary, console, searchable) and system metrics (`m`)."""
+"""The side panes right of the charts: the run pane (`i`: overview, config, summary, console,
+environment, searchable) and system metrics (`m`), as wide as the user makes them (`{` `}`, or the
+mouse on a pane's left border); the width is the panes' own, remembered with the layout."""
 
 from __future__ import annotations
 
@@ -6,15 +8,17 @@ from dataclasses import dataclass
 
 from rich.table import Table
 from rich.text import Text
-from textual import events
+from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Input, Static
 
 from marinctl.views.run_panes import RunPane, Row, matching_rows
-from marinctl.text import inert
+from marinctl.text import inert, markup_safe
+from marinctl.tui import settings as S
 from marinctl.tui.charts import MetricChart
+from marinctl.tui.state import WatchState
 
 SYSTEM_CHART_HEIGHT = 8
 
@@ -24,12 +28,12 @@ def _table(rows: list[Row]) -> Table:
     table.add_column(style="dim", no_wrap=True, max_width=28, overflow="ellipsis")
     table.add_column(overflow="fold")
     for key, value in rows:
-        table.add_row(inert(key, single_line=True), inert(value, single_line=True)[:400])
+        table.add_row(Text(inert(key, single_line=True)), Text(inert(value, single_line=True)[:400]))
     return table
 
 
 class EdgeDraggable(Vertical):
-    """A side pane whose left border the mouse drags to resize it (the app sets and remembers the width)."""
+    """A side pane whose left border the mouse drags to resize the panes."""
 
     @dataclass
     class Dragged(Message):
@@ -73,13 +77,15 @@ class RunPaneView(EdgeDraggable):
             yield Static("", id="pane-console")
             yield Static("", id="pane-environment")
 
+    def on_mount(self) -> None:
+        self.border_title = "run"
+        self._draw()        # a pane shown before the search box was composed is drawn now
+
     def show(self, pane: RunPane | None) -> None:
         self.pane = pane
-        self.border_title = f"run · {inert(pane.run, single_line=True)}" if pane else "run"
+        # a border title is markup: the run's name is escaped, not just made inert
+        self.border_title = f"run · {markup_safe(pane.run, single_line=True, dialect='textual')}" if pane else "run"
         self._draw()
-
-    def on_mount(self) -> None:
-        self._draw()        # a pane shown before the search box was composed is drawn now
 
     def on_input_changed(self, event: Input.Changed) -> None:
         event.stop()
@@ -116,9 +122,13 @@ def _stack(*parts) -> Table:
 class SystemPane(EdgeDraggable):
     """System metrics (GPU, CPU, memory, network …) of the run, one small chart each."""
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, state: WatchState, **kw) -> None:
         super().__init__(**kw)
+        self.state = state
         self.charts: dict[str, MetricChart] = {}
+
+    def on_mount(self) -> None:
+        self.border_title = "system"
 
     def compose(self) -> ComposeResult:
         yield Static("", id="system-note")
@@ -131,7 +141,7 @@ class SystemPane(EdgeDraggable):
         if list(self.charts) != keys:
             box = self.query_one("#system-charts", VerticalScroll)
             box.remove_children()
-            self.charts = {k: MetricChart(k, classes="system-chart") for k in keys}
+            self.charts = {k: MetricChart(k, self.state, classes="system-chart") for k in keys}
             for chart in self.charts.values():
                 chart.styles.height = SYSTEM_CHART_HEIGHT
             if self.charts:
@@ -140,3 +150,63 @@ class SystemPane(EdgeDraggable):
 
     def chart_size(self) -> tuple[int, int]:
         return max(10, self.size.width - 1), SYSTEM_CHART_HEIGHT
+
+
+class SidePanes(Vertical):
+    """The run pane over the system pane; shown while either is open."""
+
+    @dataclass
+    class Resized(Message):
+        """The panes' width was set by a key or a finished drag: the charts are drawn again."""
+
+    def __init__(self, state: WatchState, layout: S.Layout, **kw) -> None:
+        super().__init__(**kw)
+        self.state, self._layout = state, layout
+        self.pane_width = layout.pane_width
+
+    def compose(self) -> ComposeResult:
+        yield RunPaneView(id="run-pane")
+        yield SystemPane(self.state, id="system-pane")
+
+    def on_mount(self) -> None:
+        self.run_pane.display = self._layout.run_pane
+        self.system_pane.display = self._layout.system_pane
+        self.styles.width = self.pane_width
+        self._update()
+
+    @property
+    def run_pane(self) -> RunPaneView:
+        return self.query_one(RunPaneView)
+
+    @property
+    def system_pane(self) -> SystemPane:
+        return self.query_one(SystemPane)
+
+    def toggle(self, pane: EdgeDraggable) -> bool:
+        """Open or close `pane`; True when it is now open."""
+        pane.display = not pane.display
+        self._update()
+        return pane.display
+
+    def widen(self, columns: int) -> str | None:
+        """`{` `}`: the panes wider or narrower by `columns` (the charts take the rest)."""
+        if not self.display:
+            return "open the run pane (i) or the system pane (m) first"
+        self.set_width(self.pane_width + columns, done=True)
+        return None
+
+    def set_width(self, width: int, done: bool) -> None:
+        """`width` columns wide, within bounds; `done`: said with `Resized` (redraw, remember)."""
+        self.pane_width = max(S.MIN_PANE, min(S.MAX_PANE, self.app.size.width - 60, width))
+        if self.styles.width is None or int(self.styles.width.value) != self.pane_width:
+            self.styles.width = self.pane_width
+        if done:
+            self.post_message(self.Resized())
+
+    @on(EdgeDraggable.Dragged)
+    def _dragged(self, message: EdgeDraggable.Dragged) -> None:
+        """A pane's left border dragged: the panes take the columns right of the pointer."""
+        self.set_width(self.app.size.width - message.screen_x, done=message.done)
+
+    def _update(self) -> None:
+        self.display = self.run_pane.display or self.system_pane.display

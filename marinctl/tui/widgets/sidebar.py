@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
@@ -10,6 +11,8 @@ from marinctl import numbers
 from marinctl.views.run_list import SidebarEntry
 from marinctl.render.chart import overlay_color
 from marinctl.text import inert
+from marinctl.tui.bindings import keys
+from marinctl.tui.state import WatchState
 
 _DOT = {"live": ("●", "green"), "stale": ("●", "yellow"), "crashed": ("✖", "red"), "finished": ("✔", "cyan")}
 
@@ -18,10 +21,46 @@ class RunsSidebar(OptionList):
     """Select a run to show it (enter), or draw it beside the shown one (space: a coloured ━ marks it);
     the first mark says live / stale / crashed / finished."""
 
-    def __init__(self, **kw) -> None:
+    KEYS_TITLE = "the runs sidebar (tab to it, ↑ ↓)"
+    BINDINGS = [
+        *keys("show the highlighted run (or click it)", Binding("enter", "select", "show", show=False, key_display="enter")),
+        *keys("compare: draw the highlighted run on the same charts (again: off)",
+              Binding("space", "compare", "compare", show=False)),
+    ]
+
+    def __init__(self, state: WatchState, **kw) -> None:
         super().__init__(**kw)
+        self.state = state
         self._compared: list[str] = []
         self._entries: tuple[list[SidebarEntry], str | None] | None = None
+        self._labels: list | None = None
+
+    def on_mount(self) -> None:
+        self.border_title = "runs"
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        if event.option.id:
+            self.state.show_run(event.option.id)
+            self.compared = list(self.state.params.compare)
+
+    def action_compare(self) -> None:
+        """Draw the highlighted run on the same charts (again: take it off)."""
+        if self.highlighted is None:
+            self.notify("highlight a run in the sidebar first (tab to it, ↑ ↓)")
+            return
+        ref = self.get_option_at_index(self.highlighted).id
+        if ref == self.state.params.ref or (self.state.view and ref == self.state.view.ref):
+            self.notify("that is the run on screen; pick another run to compare with it")
+            return
+        if self.state.toggle_compare(ref):
+            self.notify(f"comparing with {inert(str(ref), single_line=True)} (space again: take it off)", timeout=3,
+                        markup=False)
+        self.compared = list(self.state.params.compare)
+
+    def clear_compare(self) -> None:
+        self.state.ask(compare=())
+        self.compared = []
 
     @property
     def compared(self) -> list[str]:
@@ -37,11 +76,11 @@ class RunsSidebar(OptionList):
     def show_entries(self, entries: list[SidebarEntry], current: str | None) -> None:
         self._entries = (entries, current)
         labels = [(e.label, e.liveness, e.last_step, e.segment_start) for e in entries] + [tuple(self._compared)]
-        if [o.id for o in self._options] == [e.ref for e in entries] and getattr(self, "_labels", None) == labels:
+        if [o.id for o in self.options] == [e.ref for e in entries] and self._labels == labels:
             return
         self._labels = labels
         highlighted = self.highlighted
-        was = self._options[highlighted].id if highlighted is not None and highlighted < len(self._options) else None
+        was = self.options[highlighted].id if highlighted is not None and highlighted < len(self.options) else None
         self.clear_options()
         for e in entries:
             glyph, color = _DOT.get(e.liveness, ("·", "dim"))

@@ -94,7 +94,7 @@ def header_cells(stats: HeaderStats) -> list[tuple[str, str]]:
     """(label, text) pairs in display order: progress first, then rates and the data phase."""
     step = N.count(stats.step)
     if stats.total_steps:
-        step += f" / {N.count(stats.total_steps)} ({N.percent((stats.step or 0) / stats.total_steps)})"
+        step += f" / {N.count(stats.total_steps)} ({N.percent((stats.steps_done or 0) / stats.total_steps)})"
     flops = N.DASH
     if stats.flops is not None:
         flops = ("≈" if stats.flops_estimated else "") + N.sci(stats.flops)
