@@ -28,6 +28,11 @@ def sync(
     follow: Annotated[bool, typer.Option("--follow", help="Keep syncing every --interval seconds until Ctrl-C.")] = False,
     interval: Annotated[float, typer.Option("--interval", help="Seconds between syncs with --follow.")] = 30.0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the contract's JSON summary.")] = False,
+    where: Annotated[Optional[str], typer.Option("--where", metavar="EXPR", help=(
+        "With ENTITY/PROJECT: fetch only the runs matching EXPR (as `runs --where`: cfg.KEY>=X, group~REGEX, "
+        "state:running, tag:T, name~REGEX; -term negates)."))] = None,
+    detect: Annotated[bool, typer.Option("--detect", help=(
+        "Score every run a project sync brought in for anomalies, even past the 32 it scores by itself."))] = False,
 ) -> None:
     from marinctl.errors import UserError
     from marinctl.sync.targets import parse_target
@@ -36,6 +41,11 @@ def sync(
         raise UserError(f"--interval must be a positive number of seconds, not {interval:g}",
                         "marinctl sync TARGET --follow --interval 30")
     targets = targets or ["marin"]
+    select = None
+    if where is not None:
+        from marinctl.analysis.select import parse
+
+        select = parse(where)   # a bad term: exit 2 before any request
     try:   # validate before touching network or store (a bare stored run id waits for the store)
         plans = [p for t in targets for p in parse_target(t)]
     except UserError:
@@ -63,7 +73,8 @@ def sync(
     with acquire_all(store.path, [lock_key(p) for p in plans], owner="sync"), http.notices(_note, connecting=not json_out):
         while True:
             try:
-                report = sync_targets(store, targets, progress=progress, warn=_warn, following=follow)
+                report = sync_targets(store, targets, progress=progress, warn=_warn, following=follow,
+                                      tally=progress.tally, select=select, detect_all=detect)
             except Exception as exc:   # Ctrl-C inside a DuckDB query arrives as its own exception
                 if not (follow and is_interrupt(exc)):
                     raise
@@ -171,6 +182,7 @@ class _Progress:
         self.enabled = enabled
         self._bar = None
         self._tasks: dict[str, int] = {}
+        self._started: float | None = None   # a project sync's first tally
 
     def __call__(self, name: str, done: int, total: int) -> None:
         if not self.enabled:
@@ -180,17 +192,34 @@ class _Progress:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
             self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+                                 TextColumn("{task.fields[detail]}"), TimeRemainingColumn(),
+                                 console=Console(stderr=True), transient=True)
             self._bar.start()
         from marinctl.text import inert, markup_safe
 
         if name not in self._tasks:
             label = markup_safe(inert(name, single_line=True)[:40])
-            self._tasks[name] = self._bar.add_task(label, total=max(total, 1))
+            self._tasks[name] = self._bar.add_task(label, total=max(total, 1), detail="")
         self._bar.update(self._tasks[name], completed=done, total=max(total, 1))
+
+    def tally(self, done: int, total: int, rows: int) -> None:
+        """A project sync's line: runs done of total, rows added, rate and time left."""
+        if not self.enabled:
+            return
+        import time as clock
+
+        from marinctl import numbers
+
+        now = clock.monotonic()
+        self._started = self._started or now
+        rate = done / (now - self._started) if now > self._started else 0.0
+        line = f"{numbers.count(rows)} rows · {rate:.0f} runs/s" if done else "listing runs …"
+        self("runs", done, total)
+        self._bar.update(self._tasks["runs"], detail=line)
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
             self._tasks.clear()
+            self._started = None
