@@ -58,8 +58,9 @@ from marinctl.cli import explain as _explain  # noqa: E402
 from marinctl.cli import ladder as _ladder  # noqa: E402
 from marinctl.cli import watch as _watch  # noqa: E402
 from marinctl.cli import repro as _repro  # noqa: E402
+from marinctl.cli import diff as _diff  # noqa: E402
 
-for _module in (_sync, _runs, _events, _explain, _ladder, _watch, _repro):
+for _module in (_sync, _runs, _events, _explain, _ladder, _watch, _repro, _diff):
     _module.register(app)
 
 
