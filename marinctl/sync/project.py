@@ -29,6 +29,7 @@ them all now.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -224,7 +225,7 @@ def _classify(item: Listed) -> str:
         return "meta"     # nothing new logged: a finished run is never asked again
     item.start = max(floor, mark if mark is not None else (stored_last + 1 if stored_last is not None else floor))
     item.check_step = stored_last
-    if remote_last + 1 - item.start >= one_run.PARQUET_MIN_STEPS or _values(item) > BATCH_VALUES:
+    if remote_last + 1 - item.start >= one_run.PARQUET_MIN_STEPS or _values(item) > max(_batch_values(), BATCH_VALUES):
         return "serial"   # long: parquet parts and windows committed as they come
     return "batch"
 
@@ -232,6 +233,11 @@ def _classify(item: Listed) -> str:
 def _lags(f: dict[str, Any]) -> bool:
     """History is stored that detection has not scored (a deferred or interrupted pass)."""
     return f["last_step"] is not None and (f["scored_to"] is None or f["scored_to"] < f["last_step"])
+
+
+def _batch_values() -> int:
+    """BATCH_VALUES, or MARINCTL_PROJECT_BATCH_VALUES (smaller requests on a slow or strict server)."""
+    return int(os.environ.get("MARINCTL_PROJECT_BATCH_VALUES") or BATCH_VALUES)
 
 
 def _values(item: Listed) -> int:
@@ -281,7 +287,7 @@ class _Packer:
 
     def add(self, item: Listed) -> Iterator[Unit]:
         v = _values(item)
-        if self.items and (self.values + v > BATCH_VALUES or len(self.items) >= BATCH_RUNS):
+        if self.items and (self.values + v > _batch_values() or len(self.items) >= BATCH_RUNS):
             yield from self.flush()
         self.items.append(item)
         self.values += v
