@@ -10,9 +10,12 @@ measured client runs in its own process, its process tree's RSS sampled every 20
 3. the SDK loop: `for run in wandb.Api().runs(path): for row in run.scan_history(): ...`.
 
 Runs are interleaved and reported as medians with the ratio SDK / marinctl (the machine is shared:
-compare the ratios, not the seconds between runs).
+compare the ratios, not the seconds between runs). The client's CPU time (user + system, from the
+kernel's accounting of the finished child) is reported per run. `--before DIR` also runs steps 1 and 2
+with the marinctl checked out in DIR (e.g. `git archive <commit> | tar -x -C /tmp/before`), side by side.
 
     nice -n 10 python bench/bench_project.py [--runs 240] [--steps 200] [--latency 0.05] [--repeat 3]
+    nice -n 10 python bench/bench_project.py --latency 0 --no-sdk --before /tmp/before   # local CPU per run
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -93,13 +97,26 @@ class Server:
             self.proc.wait()
 
 
-def marinctl(server: Server, home: Path) -> dict:
+def compiled(checkout: Path) -> None:
+    """Byte-compile a checkout's marinctl first, as an install does: with PYTHONDONTWRITEBYTECODE set
+    (as on this machine) every run would otherwise compile every module it imports again."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(checkout / "marinctl")], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def marinctl(server: Server, home: Path, checkout: Path = ROOT) -> dict:
     env = {**os.environ, "MARINCTL_HOME": str(home), "WANDB_BASE_URL": server.url}
+    if checkout != ROOT:
+        env["PYTHONPATH"] = str(checkout)
     server.ask("reset")
-    res = run_measured([sys.executable, "-m", "marinctl", "sync", f"{ENTITY}/{PROJECT}", "--json"], env=env)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    res = run_measured([sys.executable, "-m", "marinctl", "sync", f"{ENTITY}/{PROJECT}", "--json"], env=env,
+                       cwd=checkout)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     stats = server.ask("stats")
     report = json.loads(res["stdout"])
-    return {"wall": res["wall"], "peak_mib": res["peak_mib"], "requests": sum(stats["stats"].values()),
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall": res["wall"], "cpu": cpu, "peak_mib": res["peak_mib"], "requests": sum(stats["stats"].values()),
             "ops": stats["stats"], "in_flight_max": stats["in_flight_max"], "runs": len(report["runs"]),
             "rows": sum(r["rows_added"] for r in report["runs"])}
 
@@ -127,13 +144,22 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=0.05)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-sdk", action="store_true", help="skip the SDK loop (marinctl's figures only)")
+    ap.add_argument("--before", type=Path, help="a checkout of the code to compare with (run side by side)")
     args = ap.parse_args()
 
+    for checkout in (ROOT, args.before):
+        if checkout is not None:
+            compiled(checkout)
     server = Server(args.runs, args.steps, args.latency)
     work = Path(tempfile.mkdtemp(prefix="bench-project-"))
-    first, again, base = [], [], []
+    first, again, base, old_first, old_again = [], [], [], [], []
     try:
         for i in range(args.repeat):
+            if args.before:
+                old_home = work / f"before-{i}"
+                old_first.append(marinctl(server, old_home, args.before))
+                old_again.append(marinctl(server, old_home, args.before))
+                shutil.rmtree(old_home, ignore_errors=True)
             home = work / f"home-{i}"
             first.append(marinctl(server, home))
             again.append(marinctl(server, home))
@@ -152,10 +178,19 @@ def main() -> None:
     pages = -(-args.runs // 100)
     print(f"SYNTHETIC project: {args.runs} runs x {args.steps} steps ({first[0]['rows']:,} values), "
           f"{args.latency * 1000:.0f} ms added to every request; medians of {args.repeat}")
-    print(f"  marinctl sync E/P (empty home)   {med(first, 'wall'):7.2f} s   {int(med(first, 'requests'))} requests "
-          f"(at most {int(med(first, 'in_flight_max'))} at once), peak RSS {max(x['peak_mib'] for x in first):.0f} MiB")
-    print(f"  marinctl sync E/P (unchanged)    {med(again, 'wall'):7.2f} s   {int(med(again, 'requests'))} requests "
-          f"(listing pages: {pages}; bound: pages + 2 = {pages + 2})")
+    def line(label: str, xs: list[dict]) -> str:
+        return (f"  {label:33s}{med(xs, 'wall'):7.2f} s   {int(med(xs, 'requests'))} requests, CPU "
+                f"{med(xs, 'cpu'):.2f} s ({1000 * med(xs, 'cpu') / args.runs:.1f} ms/run), "
+                f"peak RSS {max(x['peak_mib'] for x in xs):.0f} MiB")
+
+    print(line("marinctl sync E/P (empty home)", first) + f"; at most {int(med(first, 'in_flight_max'))} requests at once")
+    print(line("marinctl sync E/P (unchanged)", again) + f"; listing pages {pages}, bound pages + 2 = {pages + 2}")
+    if old_first:
+        print(line("before: sync E/P (empty home)", old_first))
+        print(line("before: sync E/P (unchanged)", old_again))
+        print(f"  ratio before / now: empty {med(old_first, 'wall') / med(first, 'wall'):.1f}x wall, "
+              f"{med(old_first, 'cpu') / med(first, 'cpu'):.1f}x CPU; unchanged "
+              f"{med(old_again, 'wall') / med(again, 'wall'):.1f}x wall")
     if base:
         print(f"  SDK loop (api.runs + scan_history) {med(base, 'wall'):5.1f} s   {int(med(base, 'requests'))} requests "
               f"({base[0]['rows']:,} rows)")

@@ -210,3 +210,24 @@ def test_progress_on_a_terminal_counts_runs_and_rows(tmp_path, project):
     text = seen.decode(errors="replace")
     assert proc.returncode == 0, text[-2000:]
     assert f"/{len(runs)}" in text and "rows" in text and "runs/s" in text, text[-2000:]
+
+
+def test_a_run_deleted_between_listing_and_fetch_is_left_out(cli, monkeypatch):
+    runs = short_runs(12, project=P, steps=30, keys=KEYS)
+    gone = runs[5]
+
+    def delete_at_first_batch(op, n):
+        if op == "RunsHistoryBatch" and n == 0:
+            server.runs.pop(gone.run_id, None)
+
+    server = start_wandb(runs, on_request=delete_at_first_batch)
+    monkeypatch.setenv("WANDB_BASE_URL", server.url)
+    try:
+        report = cli_json(cli, "sync", f"{ENTITY}/{P}", "--json")
+    finally:
+        server.stop()
+    assert sorted(r["run"] for r in report["runs"]) == sorted(r.run_id for r in runs if r is not gone)
+    assert {r["run"] for r in cli_json(cli, "runs", "--json")} == {r.run_id for r in runs if r is not gone}
+    for run in runs[4:7]:
+        if run is not gone:
+            assert _exported(cli, run.run_id) == _truth(run)

@@ -421,8 +421,8 @@ def loads(text: str | bytes) -> Any:
 def _json_string(value: Any) -> Any:
     if isinstance(value, str):
         try:
-            return json.loads(value)
-        except json.JSONDecodeError:
+            return loads(value)
+        except (json.JSONDecodeError, ValueError):
             return {}
     return value or {}
 

@@ -36,10 +36,11 @@ class Window:
 @dataclass
 class Got:
     """What came back for one window: its rows as a long batch, and the checked step's `_timestamp`
-    (None when not asked, or when W&B no longer has that step)."""
+    (None when not asked, or when W&B no longer has that step); `missing` when the run is gone."""
 
-    batch: pa.Table
+    batch: pa.Table | None
     check_ts: float | None = None
+    missing: bool = False     # W&B no longer has the run (deleted since it was listed)
 
 
 def query_for(windows: list[Window]) -> tuple[str, dict]:
@@ -76,8 +77,8 @@ def fetch(client: WandbClient, entity: str, project: str, windows: list[Window])
     for i, w in enumerate(windows):
         node = proj.get(f"w{i}")
         if node is None:
-            raise UserError(f"W&B run {entity}/{project}/{w.run_id} not found (deleted while syncing?)",
-                            f"sync the project again: `marinctl sync {entity}/{project}`")
+            out.append(Got(None, None, missing=True))
+            continue
         rows = [r for r in _rows(node.get("history") or []) if isinstance(r, dict)]
         out.append(Got(batch_from_rows(r for r in rows if w.lo <= _step(r) < w.hi), _timestamp_at(node, w.check_step)))
     return out

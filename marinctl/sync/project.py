@@ -107,8 +107,9 @@ def sync_project(store: Store, client: WandbClient, plan: Plan, *, progress: Pro
             kept = [r for r in page if select is None or select(r)]
             counts["listed"] += len(kept)
             counts["total"] = counts["listed"] if select is not None else max(server_count or 0, counts["listed"])
+            hold.touch()   # the store open once for the reads and the commits that follow
             with store.connect() as con:
-                facts = runs.listed_facts(con, [r.uid for r in kept]) if store.path.exists() else {}
+                facts = runs.listed_facts(con, [r.uid for r in kept])
             meta: list[Listed] = []
             packer = _Packer()
             for info in kept:
@@ -149,7 +150,7 @@ def sync_project(store: Store, client: WandbClient, plan: Plan, *, progress: Pro
     try:
         pending: deque[Unit] = deque()
         units = plan_units()
-        ahead = 2 * client.slots.limit
+        ahead = client.slots.limit + 2   # units fetched or fetching ahead of the writer: memory's bound
 
         def fill() -> None:
             while len(pending) < ahead:
@@ -272,10 +273,16 @@ def _per_run(items: list[Listed], windows: list[wandb_batch.Window], got: list[w
     out = []
     for item in items:
         parts = by_run.get(item.info.run_id, [])
-        batches = [g.batch for g in parts if g.batch.num_rows]
+        if any(g.missing for g in parts):
+            out.append(GONE)
+            continue
+        batches = [g.batch for g in parts if g.batch is not None and g.batch.num_rows]
         batch = pa.concat_tables(batches) if len(batches) > 1 else (batches[0] if batches else None)
         out.append((batch, parts[0].check_ts if parts else None))
     return out
+
+
+GONE = "gone"   # what was fetched for a run W&B deleted after listing it
 
 
 class _Packer:
@@ -309,6 +316,8 @@ def _commit(store: Store, items: list[Listed], got: list) -> tuple[list[one_run.
     with store.transaction() as con:
         keep: list[tuple[Listed, Any, bool]] = []
         for item, fetched in zip(items, got):
+            if fetched is GONE:   # deleted since listed: nothing of it is written; the next listing will say
+                continue
             batch, check_ts = fetched if fetched is not None else (None, None)
             if fetched is not None and item.check_step is not None and _rewritten(con, item, check_ts):
                 redo.append(item)
