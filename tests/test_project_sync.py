@@ -231,3 +231,26 @@ def test_a_run_deleted_between_listing_and_fetch_is_left_out(cli, monkeypatch):
     for run in runs[4:7]:
         if run is not gone:
             assert _exported(cli, run.run_id) == _truth(run)
+
+
+def test_detection_past_32_runs_is_left_for_later_and_done_on_request(cli, monkeypatch):
+    runs = short_runs(34, project=P, steps=300, keys=KEYS)
+    spiky = runs[20]
+    spiky.set_values("train/loss", [250], [40.0])            # one loss spike, SYNTHETIC
+    server = start_wandb(runs)
+    monkeypatch.setenv("WANDB_BASE_URL", server.url)
+    try:
+        code, out, err = cli("sync", f"{ENTITY}/{P}", "--json")
+        assert code == 0, err
+        report = json.loads(out)
+        assert report["detection_deferred"] == 34 and "anomaly detection left for 34 runs" in err
+        assert cli_json(cli, "anomalies", "--run", spiky.run_id, "--json") == []
+        _, text, _ = run_cli(cli, "sync", f"{ENTITY}/{P}")
+        assert "34 of 34 runs unchanged" in text and len(text.splitlines()) < 5
+        before = len(server.requests)
+        run_cli(cli, "sync", f"{ENTITY}/{P}", "--detect")
+        assert [op for op, _ in server.requests[before:]] == ["Runs"]   # scoring asks W&B for nothing
+    finally:
+        server.stop()
+    found = cli_json(cli, "anomalies", "--run", spiky.run_id, "--json")
+    assert any(a["step"] == 250 and a["metric"] == "train/loss" for a in found), found

@@ -92,6 +92,8 @@ def sync(
             for k in total["timing"]:
                 total["timing"][k] = round(total["timing"][k] + report["timing"][k], 3)
             total.setdefault("warnings", []).extend(report.get("warnings", []))
+            if report.get("detection_deferred"):
+                total["detection_deferred"] = report["detection_deferred"]
             if not follow:
                 break
             if not json_out:
@@ -167,8 +169,13 @@ def _follow_local(store, plans, *, json_out: bool) -> None:
 
 def _print_human(report: dict) -> None:
     rows = [(r["run"], r["rows_added"], r["first_step"], r["last_step"]) for r in report["runs"]]
+    quiet = len(rows) - sum(1 for r in rows if r[1])
+    if len(rows) > 20:   # a project: the runs that moved, and how many did not
+        rows = [r for r in rows if r[1]]
     if rows:
         output.print_table(["run", "rows added", "first step", "last step"], rows)
+    if len(report["runs"]) > 20 and quiet:
+        print(f"{quiet} of {len(report['runs'])} runs unchanged")
     if report.get("events_added"):
         print(f"events added or updated: {report['events_added']}")
     if not rows and not report.get("events_added"):

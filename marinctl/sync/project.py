@@ -103,6 +103,7 @@ def sync_project(store: Store, client: WandbClient, plan: Plan, *, progress: Pro
 
     def plan_units() -> Iterator[Unit]:
         pages = _ahead(client.list_pages(plan.entity, plan.project, filters=plan.filters or None))
+        hold.touch()   # the store opened (created, migrated) while the first page is on its way
         for page, server_count in pages:
             kept = [r for r in page if select is None or select(r)]
             counts["listed"] += len(kept)
@@ -176,6 +177,7 @@ def sync_project(store: Store, client: WandbClient, plan: Plan, *, progress: Pro
                     more = pending.popleft()
                     items += more.runs
                     got += _answers(more)
+                fill()   # the next units are fetched while this commit is written
                 hold.touch()
                 written, redo = _commit(store, items, got)
                 out.results += written
