@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from marinctl.sources.wandb import loads
-from marinctl.sources.wandb_rows import batch_from_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -66,6 +65,7 @@ def query_for(windows: list[Window]) -> tuple[str, dict]:
 def fetch(client: WandbClient, entity: str, project: str, windows: list[Window]) -> list[Got]:
     """Every window's rows in one request (retried as one), decoded; in `windows`' order."""
     from marinctl.errors import UserError
+    from marinctl.sources.wandb_rows import batch_from_rows
 
     text, variables = query_for(windows)
     data = client.graphql(text, {"entity": entity, "project": project, **variables})

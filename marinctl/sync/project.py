@@ -42,7 +42,6 @@ from marinctl.domain import Progress, RunInfo
 from marinctl.errors import UserError
 from marinctl.sources import wandb_batch
 from marinctl.sources.wandb import WandbClient
-from marinctl.sources.wandb_rows import max_step
 from marinctl.store import Store, metrics, runs, state
 from marinctl.sync import wandb as one_run
 from marinctl.sync.targets import Plan
@@ -92,6 +91,7 @@ def sync_project(store: Store, client: WandbClient, plan: Plan, *, progress: Pro
                  tally: Tally | None = None, select: Callable[[RunInfo], bool] | None = None,
                  detect_all: bool = False) -> ProjectResult:
     """Mirror every listed run of `plan`'s project (those `select` keeps) that moved; see the module doc."""
+    threading.Thread(target=_preload, name="preload", daemon=True).start()
     out = ProjectResult()
     counts = {"done": 0, "total": 0, "rows": 0, "listed": 0}
     forks: list[Listed] = []
@@ -197,6 +197,21 @@ def sync_project(store: Store, client: WandbClient, plan: Plan, *, progress: Pro
     if len(out.to_score) > DETECT_INLINE and not detect_all:
         out.deferred, out.to_score = out.to_score, []
     return out
+
+
+def _preload() -> None:
+    """What decoding and writing the first units will need (pyarrow, DuckDB's Arrow scans: ~0.1 s of
+    imports), loaded while the first listing page is on its way."""
+    import pyarrow  # noqa: F401
+
+    from marinctl.store import engine
+
+    engine.preload()
+
+
+def max_step(batch) -> int:
+    """The largest step of a non-empty long batch (NumPy's max: pyarrow.compute costs an import)."""
+    return int(batch.column("step").to_numpy().max())
 
 
 def _answers(unit: Unit) -> list:
