@@ -88,6 +88,12 @@ class Server:
         self.proc.stdin.flush()
         return json.loads(self.proc.stdout.readline())
 
+    def cpu(self) -> float:
+        """CPU seconds the fake server has used so far (user + system, from /proc)."""
+        with open(f"/proc/{self.proc.pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def close(self) -> None:
         self.proc.stdin.close()
         try:
@@ -109,14 +115,16 @@ def marinctl(server: Server, home: Path, checkout: Path = ROOT) -> dict:
     if checkout != ROOT:
         env["PYTHONPATH"] = str(checkout)
     server.ask("reset")
+    served = server.cpu()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     res = run_measured([sys.executable, "-m", "marinctl", "sync", f"{ENTITY}/{PROJECT}", "--json"], env=env,
                        cwd=checkout)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    served = server.cpu() - served
     stats = server.ask("stats")
     report = json.loads(res["stdout"])
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall": res["wall"], "cpu": cpu, "peak_mib": res["peak_mib"], "requests": sum(stats["stats"].values()),
+    return {"wall": res["wall"], "cpu": cpu, "server_cpu": served, "peak_mib": res["peak_mib"], "requests": sum(stats["stats"].values()),
             "ops": stats["stats"], "in_flight_max": stats["in_flight_max"], "runs": len(report["runs"]),
             "rows": sum(r["rows_added"] for r in report["runs"])}
 
@@ -177,10 +185,12 @@ def main() -> None:
     med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
     pages = -(-args.runs // 100)
     print(f"SYNTHETIC project: {args.runs} runs x {args.steps} steps ({first[0]['rows']:,} values), "
-          f"{args.latency * 1000:.0f} ms added to every request; medians of {args.repeat}")
+          f"{args.latency * 1000:.0f} ms added to every request; medians of {args.repeat}; "
+          f"load average {os.getloadavg()[0]:.1f} at the end")
     def line(label: str, xs: list[dict]) -> str:
         return (f"  {label:33s}{med(xs, 'wall'):7.2f} s   {int(med(xs, 'requests'))} requests, CPU "
-                f"{med(xs, 'cpu'):.2f} s ({1000 * med(xs, 'cpu') / args.runs:.1f} ms/run), "
+                f"{med(xs, 'cpu'):.2f} s ({1000 * med(xs, 'cpu') / args.runs:.1f} ms/run; the fake server's "
+                f"{med(xs, 'server_cpu'):.2f} s), "
                 f"peak RSS {max(x['peak_mib'] for x in xs):.0f} MiB")
 
     print(line("marinctl sync E/P (empty home)", first) + f"; at most {int(med(first, 'in_flight_max'))} requests at once")
