@@ -254,3 +254,11 @@ def test_detection_past_32_runs_is_left_for_later_and_done_on_request(cli, monke
         server.stop()
     found = cli_json(cli, "anomalies", "--run", spiky.run_id, "--json")
     assert any(a["step"] == 250 and a["metric"] == "train/loss" for a in found), found
+
+
+def test_where_with_a_single_run_target_is_bad_input(cli, project):
+    server, runs = project
+    code, out, err = cli("sync", f"{ENTITY}/{P}/{runs[0].run_id}", "--where", "state:finished")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and "--where selects runs of a W&B project" in lines[0] and len(lines) == 2, err
+    assert server.requests == []

@@ -50,6 +50,8 @@ def sync(
         plans = [p for t in targets for p in parse_target(t)]
     except UserError:
         plans = None
+    if plans is not None:
+        _where_needs_a_project(select, plans)
     remote = [name for kind, name in (("wandb", "W&B"), ("github", "GitHub")) if any(p.kind == kind for p in plans or [])]
     if remote and not json_out:       # said before the slow imports, so a dead network is never silent
         output.info(f"syncing {', '.join(targets)} from {' and '.join(remote)} …")
@@ -62,6 +64,7 @@ def sync(
     store = open_store()
     if plans is None:
         plans = resolve_targets(store, targets)   # a stored run's bare id, or the UserError naming the bad TARGET
+    _where_needs_a_project(select, plans)
     if follow and not json_out:
         output.info(f"following {', '.join(targets)}" + ("" if all(p.kind == "local" for p in plans) else
                                                          f" every {interval:g} s") + "; Ctrl-C stops")
@@ -106,6 +109,14 @@ def sync(
         output.print_json(total)
     else:
         _print_human(total)
+
+
+def _where_needs_a_project(select, plans) -> None:
+    from marinctl.errors import UserError
+
+    if select is not None and not any(p.kind == "wandb" and not p.run_id for p in plans):
+        raise UserError("--where selects runs of a W&B project; no TARGET here is one",
+                        "e.g. `marinctl sync ENTITY/PROJECT --where state:finished`")
 
 
 def _say_written(report: dict) -> None:
