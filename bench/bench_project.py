@@ -133,13 +133,21 @@ def sdk(server: Server, work: Path) -> dict:
     cache = work / "wandb-cache"
     shutil.rmtree(cache, ignore_errors=True)
     env = {**os.environ, "WANDB_CACHE_DIR": str(cache), "WANDB_SILENT": "true", "WANDB_CONFIG_DIR": str(work / "cfg")}
-    server.ask("reset")
-    t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", _SDK.format(url=server.url, path=f"{ENTITY}/{PROJECT}")],
-                         capture_output=True, text=True, env=env, timeout=3600)
-    wall = time.perf_counter() - t0
-    if out.returncode != 0:
-        raise SystemExit(f"the SDK loop failed:\n{out.stderr[-2000:]}")
+    for attempt in range(3):   # wandb-core now and then hangs at start-up on a loaded machine: try again
+        server.ask("reset")
+        t0 = time.perf_counter()
+        try:
+            out = subprocess.run([sys.executable, "-c", _SDK.format(url=server.url, path=f"{ENTITY}/{PROJECT}")],
+                                 capture_output=True, text=True, env=env, timeout=600, start_new_session=True)
+        except subprocess.TimeoutExpired:
+            print(f"  SDK attempt {attempt + 1} hung; trying again", file=sys.stderr)
+            continue
+        wall = time.perf_counter() - t0
+        if out.returncode == 0:
+            break
+        print(f"  SDK attempt {attempt + 1} failed: {out.stderr[-300:]}", file=sys.stderr)
+    else:
+        raise SystemExit("the SDK loop never finished")
     runs, rows, inner = json.loads(out.stdout.strip().splitlines()[-1])
     stats = server.ask("stats")
     return {"wall": wall, "loop_s": inner, "runs": runs, "rows": rows, "requests": sum(stats["stats"].values())}

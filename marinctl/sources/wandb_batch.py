@@ -64,8 +64,12 @@ def query_for(windows: list[Window]) -> tuple[str, dict]:
 
 def fetch(client: WandbClient, entity: str, project: str, windows: list[Window]) -> list[Got]:
     """Every window's rows in one request (retried as one), decoded; in `windows`' order."""
+    return decode(request(client, entity, project, windows), windows)
+
+
+def request(client: WandbClient, entity: str, project: str, windows: list[Window]) -> dict:
+    """The request itself: the answer's `project` node, its rows still JSON text."""
     from marinctl.errors import UserError
-    from marinctl.sources.wandb_rows import batch_from_rows
 
     text, variables = query_for(windows)
     data = client.graphql(text, {"entity": entity, "project": project, **variables})
@@ -73,6 +77,13 @@ def fetch(client: WandbClient, entity: str, project: str, windows: list[Window])
     if proj is None:
         raise UserError(f"W&B project {entity}/{project} not found (or not public)",
                         f"check it at https://wandb.ai/{entity}/{project}")
+    return proj
+
+
+def decode(proj: dict, windows: list[Window]) -> list[Got]:
+    """Each window's rows as a long batch (the CPU-bound half of `fetch`)."""
+    from marinctl.sources.wandb_rows import batch_from_rows
+
     out = []
     for i, w in enumerate(windows):
         node = proj.get(f"w{i}")

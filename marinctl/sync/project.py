@@ -29,6 +29,7 @@ them all now.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
@@ -78,6 +79,7 @@ class Unit:
     kind: str
     runs: list[Listed]
     future: Future | None = None
+    seq: int = -1                   # a batch unit's place in the decoding order
 
 
 @dataclass
@@ -102,9 +104,15 @@ def sync_project(store: Store, client: WandbClient, plan: Plan, *, progress: Pro
             tally(counts["done"], max(counts["total"], counts["done"]), counts["rows"])
 
     def plan_units() -> Iterator[Unit]:
-        pages = _ahead(client.list_pages(plan.entity, plan.project, filters=plan.filters or None))
+        pages = _Ahead(client.list_pages(plan.entity, plan.project, filters=plan.filters or None))
         hold.touch()   # the store opened (created, migrated) while the first page is on its way
-        for page, server_count in pages:
+        while True:
+            while not pages.ready() and not may_wait[0]:
+                yield None   # the next page is not here yet and there is writing to do: come back later
+            got = next(pages, None)
+            if got is None:
+                break
+            page, server_count = got
             kept = [r for r in page if select is None or select(r)]
             counts["listed"] += len(kept)
             counts["total"] = counts["listed"] if select is not None else max(server_count or 0, counts["listed"])
@@ -141,13 +149,26 @@ def sync_project(store: Store, client: WandbClient, plan: Plan, *, progress: Pro
         for item in forks:   # parents (listed, so written above) before their children
             yield Unit("serial", [item])
 
-    def fetch(unit: Unit) -> list[wandb_batch.Got]:
+    turns = _Turns()
+
+    def fetch(unit: Unit) -> list:
+        """A unit's request (side by side with the others), then its decoding in planning order: the
+        writer commits in that order, so the unit it waits for is decoded first, not last of a crowd
+        all holding one interpreter lock."""
         windows = [w for item in unit.runs for w in _windows(item)]
-        got = wandb_batch.fetch(client, plan.entity, plan.project, windows) if windows else []
-        return _per_run(unit.runs, windows, got)
+        answer, failed = None, None
+        try:
+            answer = wandb_batch.request(client, plan.entity, plan.project, windows)
+        except BaseException as exc:  # noqa: BLE001 — raised below, in turn
+            failed = exc
+        with turns.turn(unit.seq):
+            if failed is not None:
+                raise failed
+            return _per_run(unit.runs, windows, wandb_batch.decode(answer, windows))
 
     pool = _Pool(client.slots.limit, fetch)
     hold = _Hold(store)
+    may_wait = [True]
     try:
         pending: deque[Unit] = deque()
         units = plan_units()
@@ -155,10 +176,12 @@ def sync_project(store: Store, client: WandbClient, plan: Plan, *, progress: Pro
 
         def fill() -> None:
             while len(pending) < ahead:
-                unit = next(units, None)
-                if unit is None:
+                may_wait[0] = not pending   # wait for the listing only when there is nothing to write
+                unit = next(units, _DONE)
+                if unit is _DONE or unit is None:
                     return
                 if unit.kind == "batch":
+                    unit.seq = turns.ticket()
                     unit.future = pool.submit(unit)
                 pending.append(unit)
 
@@ -405,6 +428,32 @@ class _Pool:
             self._jobs.put(None)
 
 
+class _Turns:
+    """Tickets in planning order; `turn(n)` waits until every earlier ticket's turn has passed."""
+
+    def __init__(self) -> None:
+        self._issued = 0
+        self._next = 0
+        self._cond = threading.Condition()
+
+    def ticket(self) -> int:
+        with self._cond:
+            self._issued += 1
+            return self._issued - 1
+
+    @contextlib.contextmanager
+    def turn(self, n: int) -> Iterator[None]:
+        with self._cond:
+            while self._next < n:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._next = max(self._next, n + 1)
+                self._cond.notify_all()
+
+
 class _Hold:
     """The store held open across commits (each then opens in a fraction of a millisecond, where a
     first open costs ~35 ms and a last close a checkpoint), for HOLD_S at most; then released for
@@ -434,36 +483,54 @@ class _Hold:
             self._released = time.monotonic()
 
 
-def _ahead(pages: Iterator) -> Iterator:
-    """The listing read one page ahead in a thread: the next page is on its way while this one's
-    runs are planned and fetched (a page's cursor comes from the page before)."""
-    box: queue.Queue = queue.Queue(maxsize=1)
-    stop = threading.Event()
-    end = object()
+_DONE = object()
 
-    def read() -> None:
+
+class _Ahead:
+    """The listing read one page ahead in a thread: the next page is on its way while this one's
+    runs are planned and fetched (a page's cursor comes from the page before). `ready()` says
+    whether the next page (or the end) is here, so the writer need not wait for it."""
+
+    _END = object()
+
+    def __init__(self, pages: Iterator) -> None:
+        self._box: queue.Queue = queue.Queue(maxsize=1)
+        self._stop = threading.Event()
+        self._done = False
+        threading.Thread(target=self._read, args=(pages,), name="wandb-listing", daemon=True).start()
+
+    def _read(self, pages: Iterator) -> None:
         try:
             for page in pages:
-                while not stop.is_set():
+                while not self._stop.is_set():
                     try:
-                        box.put(page, timeout=0.1)
+                        self._box.put(page, timeout=0.1)
                         break
                     except queue.Full:
                         continue
-                if stop.is_set():
+                if self._stop.is_set():
                     return
-            box.put(end)
+            self._box.put(self._END)
         except BaseException as exc:  # noqa: BLE001 — raised where the pages are read
-            box.put(exc)
+            self._box.put(exc)
 
-    threading.Thread(target=read, name="wandb-listing", daemon=True).start()
-    try:
-        while True:
-            item = box.get()
-            if item is end:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
+    def ready(self) -> bool:
+        return self._done or not self._box.empty()
+
+    def __iter__(self) -> "_Ahead":
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        item = self._box.get()
+        if item is self._END:
+            self._done = True
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self._done = True
+            raise item
+        return item
+
+    def __del__(self) -> None:
+        self._stop.set()
