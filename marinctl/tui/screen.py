@@ -198,7 +198,7 @@ class WatchScreen(Screen):
         if self.header.offline_since is not None:
             self.header.offline_since = offline_text(view)
         self._show_header()
-        self.sidebar.show_entries(view.sidebar, view.ref)
+        self.sidebar.show_entries(view.sidebar, view.shown or view.ref)
         rebuilt = self.grid.show(view, notice_text(view, self.starting))
         self.panes.system_pane.show_keys([q.key for q in view.system_panels], system_note(view))
         self._hand_out(message.frames)
@@ -277,7 +277,8 @@ class WatchScreen(Screen):
             _, _, first = message.summary.partition("|")
             if self.state.params.ref is None and first:
                 self.state.set(ref=first)
-                self.loader.load_keys(first)
+            if self.state.params.all_keys is None:      # listed before this sync stored the run, or never
+                self.loader.load_keys(self.state.params.ref)
             self.loader.reload()
         else:
             if message.offline:

@@ -51,6 +51,7 @@ class View:
     params: ViewParams
     ref: str | None = None
     target_name: str | None = None      # what explain/events accept for the shown run ('hero', a run id)
+    shown: str | None = None            # the sidebar's ref of the run drawn ('hero' or its uid; ref may be None)
     header: HeaderStats | None = None
     panels: list[PanelData] = field(default_factory=list)
     axis: Axis | None = None
@@ -168,6 +169,7 @@ def build_view(store, params: ViewParams) -> View:
             view.error = exc.message + (f" — {exc.hint}" if exc.hint else "")
             return view
         view.target_name = target.name
+        view.shown = "hero" if target.name == "hero" else target.leaf["uid"]
         if params.all_keys is not None:
             have = set(params.all_keys)
             curated = [k for k in DEFAULT_PANELS if k in have]

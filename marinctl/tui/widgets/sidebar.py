@@ -50,7 +50,10 @@ class RunsSidebar(OptionList):
             self.notify("highlight a run in the sidebar first (tab to it, ↑ ↓)")
             return
         ref = self.get_option_at_index(self.highlighted).id
-        if ref == self.state.params.ref or (self.state.view and ref == self.state.view.ref):
+        if ref is None:
+            return
+        current = self._entries[1] if self._entries is not None else None
+        if ref in (self.state.params.ref, current) or (self.state.view and ref == self.state.view.ref):
             self.notify("that is the run on screen; pick another run to compare with it")
             return
         if self.state.toggle_compare(ref):
