@@ -13,6 +13,9 @@ from marinctl.text import inert
 from marinctl.tui.paint import value_text
 
 
+GLYPHS = {"anomaly": "✕ ", "alert": "⚑ ", "event": "│ "}     # how the readout names the markers near the cursor
+
+
 def bucket_width(view: View | None) -> float:
     """Steps per chart bucket: how far one cursor move goes."""
     return 1.0 if view is None else view.width
@@ -38,7 +41,7 @@ def readout_line(view: View, step: int, values: dict[str, Logged], focused: str 
         head += f" ({view.axis.label} {N.sig(float(view.axis.x([step])[0]))})"
     parts = [head]
     near = markers_near(view, step)
-    tail = "  " + " ".join(("✕ " if m.kind == "anomaly" else "│ ") + m.label[:40] for m in near[:2]) if near else ""
+    tail = "  " + " ".join(GLYPHS.get(m.kind, "│ ") + m.label[:40] for m in near[:2]) if near else ""
     keys = list(dict.fromkeys(p.key for p in view.panels))      # a curated key also shows in its section
     if focused in keys:
         keys.remove(focused)

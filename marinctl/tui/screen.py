@@ -22,6 +22,7 @@ from marinctl.store import Store
 from marinctl.tui import messages as msg
 from marinctl.tui import settings as S
 from marinctl.tui import startup
+from marinctl.tui.alerts import AlertPasses, AlertToasts
 from marinctl.tui.bindings import keys
 from marinctl.tui.charts import MetricChart, hand_out, register_theme
 from marinctl.tui.first_read import FirstRead, bucket_guess, params_for
@@ -79,10 +80,11 @@ class WatchScreen(Screen):
 
     def __init__(self, store: Store, target: str | None, sync_fn: SyncFn, *, interval: float, autosync: bool,
                  view_ref: str | None = None, starting: str | None = None,
-                 plan: tuple[str | None, list[str]] | None = None, first_read: FirstRead | None = None) -> None:
+                 plan: tuple[str | None, list[str]] | None = None, first_read: FirstRead | None = None,
+                 rules: Any = None, sinks: tuple = ()) -> None:
         """`starting`: what is being started (`marinctl demo`), shown until the target has a run to show;
         `plan`: TARGET already planned (the CLI checks it before the screen opens) and `first_read`,
-        that read already started (tui/first_read.py)."""
+        that read already started (tui/first_read.py); `rules`, `sinks`: the alert rules and `--notify`."""
         super().__init__()
         self.store, self.target, self.starting, self._plan = store, target, starting, plan
         self.remembered = S.load(store.path)
@@ -93,7 +95,9 @@ class WatchScreen(Screen):
         self.loader = Loader(self, store, self.state, self._job, early)
         self.live = Live(self, store, sync_fn, interval=interval, autosync=autosync, early=early,
                          shown_version=lambda: self._version,
-                         busy=lambda: self.loader.loading or self.state.view is None)
+                         busy=lambda: self.loader.loading or self.state.view is None,
+                         alerts=AlertPasses(self, store, rules, sinks))
+        self.toasts = AlertToasts(self.notify)
         self._version: Any = None
         self._keys_after_first = False     # list the run's keys once the first frame is up
         self._last_error: str | None = None
@@ -199,6 +203,7 @@ class WatchScreen(Screen):
             self.header.offline_since = offline_text(view)
         self._show_header()
         self.sidebar.show_entries(view.sidebar, view.shown or view.ref)
+        self.toasts.show(view.alerts)
         rebuilt = self.grid.show(view, notice_text(view, self.starting))
         self.panes.system_pane.show_keys([q.key for q in view.system_panels], system_note(view))
         self._hand_out(message.frames)
@@ -289,6 +294,10 @@ class WatchScreen(Screen):
                 self.notify(message.error or "sync failed", title="sync", severity="warning", markup=False)
         self._last_error = message.error
         self.header.redraw()
+
+    def on_alerts_raised(self, message: msg.AlertsRaised) -> None:
+        self.toasts.show(message.alerts)
+        self.loader.reload()              # their marks on the charts
 
     def on_keys_loaded(self, message: msg.KeysLoaded) -> None:
         if message.ref == self.state.params.ref and tuple(message.keys) != self.state.params.all_keys:

@@ -43,7 +43,7 @@ class ChartGrid(Vertical):
               Binding("shift+left", "cursor(-10)", show=False), Binding("shift+right", "cursor(10)", show=False)),
         *keys("cursor to the first / last step",
               Binding("home", "cursor_edge(0)", show=False), Binding("end", "cursor_edge(1)", show=False)),
-        *keys("cursor to the next / previous marker (anomaly ✕, GitHub event │)",
+        *keys("cursor to the next / previous marker (anomaly ✕, alert ⚑, GitHub event │)",
               Binding("n", "marker(1)", show=False), Binding("p", "marker(-1)", show=False)),
         *keys("zoom in / out around the cursor (mouse wheel: around the pointer)",
               Binding("plus,equals_sign", "zoom(0.5)", show=False), Binding("minus", "zoom(2.0)", show=False)),
