@@ -27,7 +27,7 @@ class MetricKeys(Provider):
 
     async def discover(self) -> Hits:
         for key in self._keys()[:40]:
-            yield DiscoveryHit(f"key: {inert(key, single_line=True)}", partial(self.screen.jump_to_key, key),
+            yield DiscoveryHit(f"key: {inert(key, single_line=True)}", partial(self.screen.grid.jump_to_key, key),
                                help="show the page with this metric")
 
     async def search(self, query: str) -> Hits:
@@ -36,8 +36,8 @@ class MetricKeys(Provider):
             text = f"key: {key}"
             score = matcher.match(text)
             if score > 0:
-                yield Hit(score, matcher.highlight(inert(text, single_line=True)), partial(self.screen.jump_to_key, key),
-                          text=text, help="show the page with this metric")
+                yield Hit(score, matcher.highlight(inert(text, single_line=True)),
+                          partial(self.screen.grid.jump_to_key, key), text=text, help="show the page with this metric")
 
 
 def view_commands(screen: WatchScreen) -> Iterable[SystemCommand]:

@@ -101,7 +101,6 @@ class WatchScreen(Screen):
         self._version: Any = None
         self._keys_after_first = False     # list the run's keys once the first frame is up
         self._last_error: str | None = None
-        self._focus_after_load: str | None = None
 
     def compose(self) -> ComposeResult:
         self.header = StatusHeader(id="header")
@@ -210,10 +209,6 @@ class WatchScreen(Screen):
         self._show_readout()
         if rebuilt:
             self.call_after_refresh(self._repaint_misfits)
-        chart = self.grid.page.chart_for(self._focus_after_load) if self._focus_after_load else None
-        if chart is not None:
-            self.call_after_refresh(chart.focus)     # once the page's new charts are mounted
-            self._focus_after_load = None
         if first_of_run and self.panes.run_pane.display:
             self.loader.load_pane(self.state.params.ref, self.state.shown_stats())
         if not self.live.first_painted.is_set():
@@ -399,8 +394,3 @@ class WatchScreen(Screen):
 
     def action_sidebar(self) -> None:
         self.sidebar.display = not self.sidebar.display
-
-    def jump_to_key(self, key: str) -> None:
-        """The palette's `key:` commands: show the page holding `key` and focus its chart."""
-        self._focus_after_load = key
-        self.state.jump_to_key(key)
