@@ -1,11 +1,13 @@
-"""The runs sidebar of `watch`: two older faults (a lone run compared with itself; the no-hero screen
-listing keys for ever).
+"""The runs sidebar of `watch` (issue 30 §2): filtered with `runs --where`'s language, and two older
+faults (a lone run compared with itself; the no-hero screen listing keys for ever).
 
 Stores of SYNTHETIC runs (tests/fakes/synth.py) written straight into DuckDB; keys pressed
 through Pilot; every assertion reads the screen.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -24,6 +26,44 @@ def sweep(store, n: int = 5) -> list[str]:
             for i in range(n)]
     load_into_store(store, runs)
     return [r.run_id for r in runs]
+
+
+def sidebar(text: str) -> list[str]:
+    """The run ids listed in the runs box."""
+    return re.findall(r"synthetic-sweep-\d+", "\n".join(line[:36] for line in text.splitlines()))
+
+
+async def type_text(pilot, text: str) -> None:
+    await pilot.press(*[{" ": "space"}.get(c, c) for c in text])
+
+
+async def test_the_filter_narrows_the_sidebar_says_a_bad_term_and_is_remembered(store):
+    ids = sweep(store)
+    async with run_test(open_watch(store.path)) as pilot:
+        text = await settle(pilot)
+        assert sorted(sidebar(text)) == sorted(ids)
+        await pilot.press("w")                               # anywhere: the filter box over the sidebar
+        await type_text(pilot, "group~d512 -name~sweep-3")
+        await pilot.press("enter")
+        text = await wait_for_text(pilot, "1 of 5 runs")
+        assert sidebar(text) == ["synthetic-sweep-1"]
+
+        await pilot.press("f")                               # the sidebar has focus again: f opens it there
+        await pilot.press(*["backspace"] * 30)
+        await type_text(pilot, "state:finished lr>=1e-3")
+        await pilot.press("enter")
+        text = await wait_for_text(pilot, "bad filter term 'lr>=1e-3':", "unknown field 'lr'")
+        assert "cfg.KEY" in text and sidebar(text) == ["synthetic-sweep-1"]     # the filter in force stays
+        await pilot.press("escape")
+        text = await settle(pilot)
+        assert "bad filter term" not in text and "1 of 5 runs" in text
+
+    async with run_test(open_watch(store.path)) as pilot:      # a later launch on this store
+        text = await wait_for_text(pilot, "1 of 5 runs")
+        assert sidebar(text) == ["synthetic-sweep-1"]
+        await pilot.press("w", *["backspace"] * 30, "enter")   # empty: every run again
+        text = await settle(pilot)
+        assert sorted(sidebar(text)) == sorted(ids) and " of 5 runs" not in text
 
 
 async def test_the_no_hero_screen_lists_no_keys_for_ever(store):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
@@ -36,7 +37,7 @@ from marinctl.tui.state import WatchState
 from marinctl.tui.widgets.footer import KeyFooter
 from marinctl.tui.widgets.grid import ChartGrid, KeyFilter
 from marinctl.tui.widgets.panes import SidePanes
-from marinctl.tui.widgets.sidebar import RunsSidebar
+from marinctl.tui.widgets.sidebar import RunFilter, RunsColumn, RunsSidebar
 from marinctl.tui.widgets.status import StatusHeader
 
 LAYOUT_FIELDS = frozenset({"cols", "rows", "pattern", "collapsed", "smoothing", "xmode"})   # remembered per store
@@ -76,6 +77,7 @@ class WatchScreen(Screen):
               Binding("left_curly_bracket", "pane_width(-6)", show=False),
               Binding("right_curly_bracket", "pane_width(6)", show=False)),
         *keys("hide / show the runs sidebar", Binding("b", "sidebar", show=False)),
+        *keys("filter the runs sidebar as `runs --where` does (f in the sidebar)", Binding("w", "filter_runs")),
     ]
 
     def __init__(self, store: Store, target: str | None, sync_fn: SyncFn, *, interval: float, autosync: bool,
@@ -104,12 +106,13 @@ class WatchScreen(Screen):
 
     def compose(self) -> ComposeResult:
         self.header = StatusHeader(id="header")
-        self.sidebar = RunsSidebar(self.state, id="sidebar")
+        self.sidebar = RunsSidebar(self.state, self.remembered.run_filter, id="sidebar")
+        self.runs = RunsColumn(self.sidebar, id="runs-column")     # the sidebar under its filter box
         self.grid = ChartGrid(self.state, id="main")
         self.panes = SidePanes(self.state, self.remembered, id="panes")
         yield self.header
         with Horizontal(id="body"):
-            yield self.sidebar
+            yield self.runs
             yield self.grid
             yield self.panes
         yield KeyFooter()
@@ -163,10 +166,10 @@ class WatchScreen(Screen):
         return paint_job(self.grid.page, self.panes.system_pane, self.state.chart, register_theme(self.app),
                          self.figures)
 
-    def save_layout(self) -> None:
-        panes = self.panes
-        S.save(self.store.path, self.state.layout(run_pane=panes.run_pane.display,
-                                                  system_pane=panes.system_pane.display, pane_width=panes.pane_width))
+    @on(RunFilter.Applied)
+    def save_layout(self, _changed: Any = None) -> None:
+        """Remember the layout, panes and run filter for this store (a new run filter too)."""
+        S.save(self.store.path, self.state.layout(**self.panes.remembered(), run_filter=self.sidebar.expression))
 
     # -- what the workers post back --------------------------------------------------------------
     def on_planned(self, message: msg.Planned) -> None:
@@ -393,4 +396,7 @@ class WatchScreen(Screen):
         self._say(self.panes.widen(columns), timeout=2)
 
     def action_sidebar(self) -> None:
-        self.sidebar.display = not self.sidebar.display
+        self.runs.display = not self.runs.display
+
+    def action_filter_runs(self) -> None:
+        self.runs.open_filter()
