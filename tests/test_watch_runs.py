@@ -1,5 +1,6 @@
-"""The runs sidebar of `watch` (issue 30 §2): filtered with `runs --where`'s language, and two older
-faults (a lone run compared with itself; the no-hero screen listing keys for ever).
+"""The runs sidebar of `watch` (issue 30 §2, §3): filtered with `runs --where`'s language, a compared
+run's diff one key away, and two older faults (a lone run compared with itself; the no-hero screen
+listing keys for ever).
 
 Stores of SYNTHETIC runs (tests/fakes/synth.py) written straight into DuckDB; keys pressed
 through Pilot; every assertion reads the screen.
@@ -18,6 +19,7 @@ from tests.watch_pilot import open_watch, run_test, settle, wait_for_text
 pytestmark = pytest.mark.asyncio
 
 SMALL = dict(steps=120, layers=1, experts=2, norm_every=10, eval_every=50, entity="synthetic-lab", project="runs")
+SPLIT = 137          # where run B's training loss leaves run A's (SYNTHETIC)
 
 
 def sweep(store, n: int = 5) -> list[str]:
@@ -83,3 +85,36 @@ async def test_a_lone_run_is_not_compared_with_itself(store):
         text = await settle(pilot)
         assert "that is the run on screen" in text
         assert "comparing" not in text and "━" not in "\n".join(line[:36] for line in text.splitlines())
+
+
+def diverging(store) -> None:
+    """Runs A and B: same seed, so the same noise, until B's training loss rises by 0.05 at SPLIT."""
+    small = {**SMALL, "steps": 300, "norm_every": 50, "eval_every": 25, "group": "synthetic-diff"}
+    a = marin_run("synthetic-diff-a", seed=3, **small)
+    b = marin_run("synthetic-diff-b", seed=3, **small)
+    s, v = b.series["train/loss"]
+    b.set_values("train/loss", s[s >= SPLIT], v[s >= SPLIT] + 0.05)
+    a.config["optimizer"] = {"learning_rate": 1e-3}
+    b.config["optimizer"] = {"learning_rate": 2e-3}
+    load_into_store(store, [a, b])
+
+
+async def test_the_diff_panel_shows_where_the_compared_run_separates(store):
+    diverging(store)
+    async with run_test(open_watch(store.path, "synthetic-diff-a")) as pilot:
+        await settle(pilot)
+        await pilot.press("d")
+        text = await wait_for_text(pilot, "No run is compared")
+        assert "press space" in text
+        await pilot.press("escape")
+        await pilot.click("#sidebar")
+        await pilot.press("home", "space")             # B is listed first or second: compare it, not A
+        if "that is the run on screen" in await settle(pilot):
+            await pilot.press("down", "space")
+        await wait_for_text(pilot, "comparing with synthetic-lab/runs/synthetic-diff-b")
+        await pilot.press("d")
+        text = await wait_for_text(pilot, "metrics aligned by step")
+    assert "A = synthetic-diff-a" in text and "B = synthetic-diff-b" in text
+    assert re.search(r"optimizer\.learning_rate\s+0\.001\s+0\.002", text), text
+    row = next(line for line in text.splitlines() if re.search(r"\btrain/loss\b", line))
+    assert re.search(rf"train/loss\s+{SPLIT}\s+-0\.05\s", row), row

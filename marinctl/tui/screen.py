@@ -32,6 +32,7 @@ from marinctl.tui.live import Live, SyncFn
 from marinctl.tui.loader import Loader, paint_job, planned
 from marinctl.tui.paint import ChartState
 from marinctl.tui.readout import markers_near, notice_text, offline_text, system_note, view_line
+from marinctl.tui.screens.diff import DiffScreen
 from marinctl.tui.screens.explain import ExplainScreen
 from marinctl.tui.state import WatchState
 from marinctl.tui.widgets.footer import KeyFooter
@@ -52,6 +53,7 @@ class WatchScreen(Screen):
         *keys("filter the keys by a regex (the view line counts the matches)", Binding("slash", "filter", "filter")),
         *keys("clear the filter, leave full screen", Binding("escape", "escape", show=False)),
         *keys("explain the step under the cursor", Binding("e", "explain", "explain")),
+        *keys("diff the run on screen and the compared one (as `marinctl diff RUN_A RUN_B`)", Binding("d", "diff")),
         *keys("log-y of every chart", Binding("y", "logy", "log-y"), Binding("Y", "logy", show=False)),
         *keys("smoothing: none → EMA → debiased EMA", Binding("s", "smoothing", "smooth")),
         *keys("x axis: step → tokens → fraction of schedule → wall time (compared runs on their own schedule)",
@@ -335,6 +337,9 @@ class WatchScreen(Screen):
             self.notify("nothing to explain yet")
             return
         self.loader.explain(view.ref, self.state.explained_step(), markers_near(view, self.state.cursor()))
+
+    def action_diff(self) -> None:
+        self.app.push_screen(DiffScreen(self.store, self.state.params.ref, self.state.params.compare))
 
     def action_logy(self) -> None:
         self.state.toggle_logy()

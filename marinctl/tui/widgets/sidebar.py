@@ -84,8 +84,8 @@ class RunsSidebar(OptionList):
             self.notify("that is the run on screen; pick another run to compare with it")
             return
         if self.state.toggle_compare(ref):
-            self.notify(f"comparing with {inert(str(ref), single_line=True)} (space again: take it off)", timeout=3,
-                        markup=False)
+            self.notify(f"comparing with {inert(str(ref), single_line=True)} (d: how they differ; space again: take"
+                        " it off)", timeout=3, markup=False)
         self.compared = list(self.state.params.compare)
 
     def clear_compare(self) -> None:
