@@ -15,8 +15,10 @@ read per page) each run is:
   fork points, rewinds), after every other run, parents first.
 
 Requests run on a bounded pool (the W&B client's concurrency, which halves at a 429 and holds every
-thread until the server's wait has passed); at most AHEAD units wait decoded in memory, so memory
-is bounded by the runs in flight, not by the project. The writer takes units in the order they were
+thread until the server's wait has passed); at most that concurrency + 2 units are fetched ahead
+of the writer, so memory is bounded by the runs in flight, not by the project. Units are decoded
+in planning order (the one the writer needs next first), and the writer never waits for the
+listing while it has something to write. The writer takes units in the order they were
 planned: each in ONE transaction with every run's watermark, so a sync killed at any moment
 resumes with nothing lost or doubled. The store is held open across back-to-back commits, at most
 HOLD_S at a time, so another process can still read it.
