@@ -121,10 +121,10 @@ def tree_rss_mib(pid: int) -> float:
 
 
 def run_measured(cmd: list[str], env: dict | None = None, interval: float = 0.02,
-                 timeout: float = 1800) -> dict:
-    """Run `cmd`, sampling its process tree's RSS; returns wall, peak RSS, the samples and output."""
+                 timeout: float = 1800, cwd: Path = ROOT) -> dict:
+    """Run `cmd` (in `cwd`), sampling its process tree's RSS; returns wall, peak RSS, the samples and output."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     samples: list[tuple[float, float]] = []
     stop = threading.Event()
 

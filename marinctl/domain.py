@@ -39,6 +39,8 @@ class RunInfo:
     path: str | None = None
     url: str | None = None
     environment: dict[str, Any] | None = None   # os, python, host, hardware …; None: this read said nothing of it
+    updated_at: datetime | None = None           # W&B's updatedAt: the run's metadata last changed
+    listing_digest: str | None = None            # fingerprint of W&B's listing of the run: unchanged = not moved
 
     @property
     def uid(self) -> str:

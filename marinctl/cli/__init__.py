@@ -60,8 +60,9 @@ from marinctl.cli import watch as _watch  # noqa: E402
 from marinctl.cli import repro as _repro  # noqa: E402
 from marinctl.cli import serve as _serve  # noqa: E402
 from marinctl.cli import alerts as _alerts  # noqa: E402
+from marinctl.cli import diff as _diff  # noqa: E402
 
-for _module in (_sync, _runs, _events, _explain, _ladder, _watch, _repro, _serve, _alerts):
+for _module in (_sync, _runs, _events, _explain, _ladder, _watch, _repro, _serve, _alerts, _diff):
     _module.register(app)
 
 

@@ -13,7 +13,9 @@ def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
     app.command("ladder", help=(
         "Fit L(C) = L_inf + A*C^-alpha across the synced ladder rungs (offline: Marin's published v16 isoFLOP "
-        "table; or any CSV of compute,loss[,name]) and predict the hero's loss."))(ladder)
+        "table; or any CSV of compute,loss[,name]) and predict the hero's loss. With --isoflop ENTITY/PROJECT: "
+        "Marin's isoFLOP analysis of a synced sweep (per budget a parabola of loss in log10 tokens, then "
+        "T*(C), N*(C) and L(C))."))(ladder)
 
 
 def ladder(
@@ -22,10 +24,23 @@ def ladder(
     points: Annotated[Optional[str], typer.Option("--points", metavar="CSV", help="Fit a CSV of compute,loss[,name] instead.")] = None,
     predict: Annotated[Optional[list[float]], typer.Option("--predict", metavar="C", help="Compute (FLOPs) to predict at; repeatable. Default: the hero's 2.7e24.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="JSON output (the contract's shape).")] = False,
+    isoflop: Annotated[Optional[str], typer.Option("--isoflop", metavar="ENTITY/PROJECT", help=(
+        "Analyse a synced isoFLOP sweep: runs grouped by compute budget (config, else run name), tokens from "
+        "throughput/total_tokens, params from summary parameter_count, loss at the last eval."))] = None,
+    where: Annotated[Optional[str], typer.Option("--where", metavar="EXPR", help=(
+        "With --isoflop: only the sweep's runs matching EXPR (as `runs --where`)."))] = None,
 ) -> None:
     from marinctl.analysis import ladder as lad
     from marinctl.errors import UserError
 
+    if isoflop is not None:
+        from marinctl.cli.ladder_isoflop import isoflop_command
+
+        isoflop_command(isoflop, metric=metric, pin=pin, predict=predict, where=where, json_out=json_out,
+                        points=points)
+        return
+    if where is not None:
+        raise UserError("--where selects runs of an isoFLOP sweep", "add --isoflop ENTITY/PROJECT")
     predict = list(predict or [lad.HERO_COMPUTE])
     for c in predict:
         if not c > 0:

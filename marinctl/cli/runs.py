@@ -20,12 +20,26 @@ def register(app: typer.Typer) -> None:
     app.command("sql", help="Read-only SQL over the store (tables: runs, metrics, metric_keys, events, anomalies, system_samples, system_keys, history_parts, sync_state; view: history — every table: `marinctl sql \"SHOW TABLES\"`).")(sql)
 
 
-def runs(json_out: Annotated[bool, typer.Option("--json", help="JSON output.")] = False) -> None:
+def runs(
+    json_out: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
+    where: Annotated[Optional[str], typer.Option("--where", metavar="EXPR", help=(
+        "Only runs matching EXPR: space-separated terms, all must hold; -term negates. "
+        "cfg.optimizer.learning_rate>=1e-3, group~REGEX, state:running, tag:T, name~REGEX, summary.KEY<3.5."))] = None,
+    group_by: Annotated[Optional[str], typer.Option("--group-by", metavar="KEY", help=(
+        "Count runs per value of KEY (group, state, tag, cfg.KEY, summary.KEY), with the newest run's last values."))] = None,
+    keys: Annotated[Optional[str], typer.Option("--keys", metavar="K,…", help="With --group-by: the summary keys to show.")] = None,
+) -> None:
     from marinctl.store import open_store
     from marinctl.store.runs import list_runs
 
+    selection = _selection(where)
     with open_store().connect() as con:
         rows = list_runs(con)
+    if selection is not None:
+        rows = selection.filter(rows)
+    if group_by is not None:
+        _grouped(rows, group_by, keys, json_out, where)
+        return
     items = [{
         "run": r["run_id"], "uid": r["uid"], "entity": r["entity"], "project": r["project"], "name": r["name"],
         "group": r["run_group"], "state": r["state"], "last_step": r["last_step"], "heartbeat_at": r["heartbeat_at"],
@@ -35,13 +49,41 @@ def runs(json_out: Annotated[bool, typer.Option("--json", help="JSON output.")] 
         output.print_json(items)
         return
     if not items:
-        print("no runs stored yet — mirror some with `marinctl sync` (or try `marinctl demo`)")
+        print(f"no stored run matches {where!r} — list them all with `marinctl runs`" if where else
+              "no runs stored yet — mirror some with `marinctl sync` (or try `marinctl demo`)")
         return
     output.print_table(
         ["run", "name", "group", "state", "last step", "source", "forked from"],
         [(i["run"], i["name"], i["group"], i["state"], i["last_step"], i["source"],
           f"{i['fork_parent']}@{i['fork_step']}" if i["fork_parent"] else None) for i in items],
     )
+
+
+def _selection(where: str | None):
+    """--where parsed before anything is read (a bad term: exit 2, naming it)."""
+    if where is None:
+        return None
+    from marinctl.analysis.select import parse
+
+    return parse(where)
+
+
+def _grouped(rows: list[dict], key: str, keys: str | None, json_out: bool, where: str | None) -> None:
+    from marinctl.analysis.select import group_by
+    from marinctl.text import inert
+
+    wanted = [k.strip() for k in keys.split(",") if k.strip()] if keys else None
+    groups = group_by(rows, key, wanted)
+    if json_out:
+        output.print_json(groups)
+        return
+    if not groups:
+        print(f"no stored run matches {where!r}" if where else "no runs stored yet — mirror some with `marinctl sync`")
+        return
+    last_keys = list(dict.fromkeys(k for g in groups for k in g["last"]))
+    output.print_table([inert(key, single_line=True), "runs", "newest run", *last_keys],
+                       [(g["group"], g["runs"], g["latest_run"], *[output.fmt(g["last"].get(k)) for k in last_keys])
+                        for g in groups])
 
 
 def show(

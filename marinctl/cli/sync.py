@@ -31,6 +31,11 @@ def sync(
     notify: Annotated[Optional[list[str]], typer.Option(
         "--notify", metavar="SINK", help="With --follow: send each new alert to SINK — desktop, webhook=URL, slack=URL, "
         "discord=URL or exec=COMMAND (JSON on stdin); repeatable. Rules: <home>/alerts.toml.")] = None,
+    where: Annotated[Optional[str], typer.Option("--where", metavar="EXPR", help=(
+        "With ENTITY/PROJECT: fetch only the runs matching EXPR (as `runs --where`: cfg.KEY>=X, group~REGEX, "
+        "state:running, tag:T, name~REGEX; -term negates)."))] = None,
+    detect: Annotated[bool, typer.Option("--detect", help=(
+        "Score every run a project sync brought in for anomalies, even past the 32 it scores by itself."))] = False,
 ) -> None:
     from marinctl.errors import UserError
     from marinctl.sync.targets import parse_target
@@ -42,10 +47,17 @@ def sync(
     from marinctl.cli.notify import rules_of, sinks_of
 
     sinks, rules = sinks_of(notify, follow=follow), rules_of(follow=follow)
+    select = None
+    if where is not None:
+        from marinctl.analysis.select import parse
+
+        select = parse(where)   # a bad term: exit 2 before any request
     try:   # validate before touching network or store (a bare stored run id waits for the store)
         plans = [p for t in targets for p in parse_target(t)]
     except UserError:
         plans = None
+    if plans is not None:
+        _where_needs_a_project(select, plans)
     remote = [name for kind, name in (("wandb", "W&B"), ("github", "GitHub")) if any(p.kind == kind for p in plans or [])]
     if remote and not json_out:       # said before the slow imports, so a dead network is never silent
         output.info(f"syncing {', '.join(targets)} from {' and '.join(remote)} …")
@@ -55,6 +67,7 @@ def sync(
     store = open_store()
     if plans is None:
         plans = resolve_targets(store, targets)   # a stored run's bare id, or the UserError naming the bad TARGET
+    _where_needs_a_project(select, plans)
     if follow and not json_out:
         output.info(f"following {', '.join(targets)}" + ("" if all(p.kind == "local" for p in plans) else
                                                          f" every {interval:g} s") + "; Ctrl-C stops")
@@ -67,13 +80,15 @@ def sync(
         if follow and all(p.kind == "local" for p in plans):
             _follow_local(store, plans, json_out=json_out, alerting=alerting)
             return
-        _poll(store, targets, plans, follow=follow, interval=interval, json_out=json_out, alerting=alerting)
+        _poll(store, targets, plans, follow=follow, interval=interval, json_out=json_out, alerting=alerting,
+              select=select, detect=detect)
     finally:
         if alerting is not None:
             alerting.close()
 
 
-def _poll(store, targets, plans, *, follow: bool, interval: float, json_out: bool, alerting) -> None:
+def _poll(store, targets, plans, *, follow: bool, interval: float, json_out: bool, alerting, select=None,
+          detect: bool = False) -> None:
     """One sync, or with --follow one every `interval` seconds until Ctrl-C (each followed by an alert pass)."""
     from marinctl.cli.boundary import is_interrupt
     from marinctl.sources import http
@@ -85,7 +100,8 @@ def _poll(store, targets, plans, *, follow: bool, interval: float, json_out: boo
     with acquire_all(store.path, [lock_key(p) for p in plans], owner="sync"), http.notices(_note, connecting=not json_out):
         while True:
             try:
-                report = sync_targets(store, targets, progress=progress, warn=_warn, following=follow)
+                report = sync_targets(store, targets, progress=progress, warn=_warn, following=follow,
+                                      tally=progress.tally, select=select, detect_all=detect)
                 if alerting is not None:
                     alerting.after_pass(report.get("synced", []))
             except Exception as exc:   # Ctrl-C inside a DuckDB query arrives as its own exception
@@ -105,6 +121,8 @@ def _poll(store, targets, plans, *, follow: bool, interval: float, json_out: boo
             for k in total["timing"]:
                 total["timing"][k] = round(total["timing"][k] + report["timing"][k], 3)
             total.setdefault("warnings", []).extend(report.get("warnings", []))
+            if report.get("detection_deferred"):
+                total["detection_deferred"] = report["detection_deferred"]
             if not follow:
                 break
             if not json_out:
@@ -117,6 +135,14 @@ def _poll(store, targets, plans, *, follow: bool, interval: float, json_out: boo
         output.print_json(total)
     else:
         _print_human(total)
+
+
+def _where_needs_a_project(select, plans) -> None:
+    from marinctl.errors import UserError
+
+    if select is not None and not any(p.kind == "wandb" and not p.run_id for p in plans):
+        raise UserError("--where selects runs of a W&B project; no TARGET here is one",
+                        "e.g. `marinctl sync ENTITY/PROJECT --where state:finished`")
 
 
 def _say_written(report: dict) -> None:
@@ -205,8 +231,13 @@ def _local_alert_pass(store, alerting, changed: set[str]) -> None:
 
 def _print_human(report: dict) -> None:
     rows = [(r["run"], r["rows_added"], r["first_step"], r["last_step"]) for r in report["runs"]]
+    quiet = len(rows) - sum(1 for r in rows if r[1])
+    if len(rows) > 20:   # a project: the runs that moved, and how many did not
+        rows = [r for r in rows if r[1]]
     if rows:
         output.print_table(["run", "rows added", "first step", "last step"], rows)
+    if len(report["runs"]) > 20 and quiet:
+        print(f"{quiet} of {len(report['runs'])} runs unchanged")
     if report.get("events_added"):
         print(f"events added or updated: {report['events_added']}")
     if not rows and not report.get("events_added"):
@@ -220,6 +251,7 @@ class _Progress:
         self.enabled = enabled
         self._bar = None
         self._tasks: dict[str, int] = {}
+        self._started: float | None = None   # a project sync's first tally
 
     def __call__(self, name: str, done: int, total: int) -> None:
         if not self.enabled:
@@ -229,17 +261,34 @@ class _Progress:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
             self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+                                 TextColumn("{task.fields[detail]}"), TimeRemainingColumn(),
+                                 console=Console(stderr=True), transient=True)
             self._bar.start()
         from marinctl.text import inert, markup_safe
 
         if name not in self._tasks:
             label = markup_safe(inert(name, single_line=True)[:40])
-            self._tasks[name] = self._bar.add_task(label, total=max(total, 1))
+            self._tasks[name] = self._bar.add_task(label, total=max(total, 1), detail="")
         self._bar.update(self._tasks[name], completed=done, total=max(total, 1))
+
+    def tally(self, done: int, total: int, rows: int) -> None:
+        """A project sync's line: runs done of total, rows added, rate and time left."""
+        if not self.enabled:
+            return
+        import time as clock
+
+        from marinctl import numbers
+
+        now = clock.monotonic()
+        self._started = self._started or now
+        rate = done / (now - self._started) if now > self._started else 0.0
+        line = f"{numbers.count(rows)} rows · {rate:.0f} runs/s" if done else "listing runs …"
+        self("runs", done, total)
+        self._bar.update(self._tasks["runs"], detail=line)
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
             self._tasks.clear()
+            self._started = None

@@ -158,19 +158,66 @@ class RetryWait:
 
 
 class Pacer:
-    """At most one request per `interval` seconds across threads."""
+    """At most one request per `interval` seconds across threads, and none while a server's
+    "wait" holds: a 429 seen by one thread holds every thread's next request (`hold`), so
+    concurrent fetches back off together instead of each meeting the limit on its own."""
 
     def __init__(self, interval: float):
         self.interval = interval
         self._next = 0.0
+        self._held_until = 0.0
         self._lock = threading.Lock()
 
+    def hold(self, seconds: float) -> None:
+        """No request from any thread before `seconds` from now (extends, never shortens, a hold)."""
+        with self._lock:
+            self._held_until = max(self._held_until, time.monotonic() + max(seconds, 0.0))
+
     def wait(self) -> None:
-        if self.interval <= 0:
-            return
         with self._lock:
             now = time.monotonic()
-            delay = self._next - now
-            self._next = max(now, self._next) + self.interval
-        if delay > 0:
-            time.sleep(delay)
+            start = max(now, self._held_until, self._next if self.interval > 0 else 0.0)
+            if self.interval > 0:
+                self._next = start + self.interval
+        if start > now:
+            time.sleep(start - now)
+
+
+class Concurrency:
+    """How many requests may be in flight at once: up to `limit`, halved at each rate limit and
+    grown back by one after `relax_after` answers in a row (additive increase, multiplicative
+    decrease, as TCP treats congestion): a sync that met a 429 stays gentler for a while."""
+
+    def __init__(self, limit: int, relax_after: int = 20):
+        self.limit = max(1, limit)
+        self.allowed = self.limit
+        self.relax_after = relax_after
+        self._busy = 0
+        self._ok = 0
+        self._cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[None]:
+        with self._cond:
+            while self._busy >= self.allowed:
+                self._cond.wait()
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy -= 1
+                self._cond.notify_all()
+
+    def throttle(self) -> None:
+        with self._cond:
+            self.allowed = max(1, self.allowed // 2)
+            self._ok = 0
+
+    def relax(self) -> None:
+        with self._cond:
+            self._ok += 1
+            if self._ok >= self.relax_after and self.allowed < self.limit:
+                self.allowed += 1
+                self._ok = 0
+                self._cond.notify_all()

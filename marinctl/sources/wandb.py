@@ -15,6 +15,7 @@ import json
 import netrc
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,20 +30,22 @@ from marinctl import __version__
 from marinctl.domain import RunInfo
 from marinctl.errors import RuntimeFailure, UserError
 from marinctl.sources.forks import find_fork
-from marinctl.sources.http import (Pacer, Retryable, RetryStop, RetryWait, announce, network_failure, say_retry,
-                                   server_wait)
+from marinctl.sources.http import (Concurrency, Pacer, Retryable, RetryStop, RetryWait, announce, network_failure,
+                                   say_retry, server_wait)
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
+CONCURRENCY = 8   # requests in flight at once (a project's runs fetched side by side); MARINCTL_WANDB_CONCURRENCY
 CLOUD_HOSTS = ("api.wandb.ai", "api.forge.coreweave.com")
 
 RUN_FIELDS = """
-    id name displayName state group jobType createdAt heartbeatAt tags
+    id name displayName state group jobType createdAt heartbeatAt updatedAt tags
     historyLineCount config summaryMetrics historyKeys
 """
 
 RUNS_QUERY = f"""
 query Runs($project: String!, $entity: String!, $cursor: String, $perPage: Int, $order: String, $filters: JSONString) {{
   project(name: $project, entityName: $entity) {{
+    runCount(filters: $filters)
     runs(filters: $filters, after: $cursor, first: $perPage, order: $order) {{
       edges {{ node {{ {RUN_FIELDS} }} cursor }}
       pageInfo {{ endCursor hasNextPage }}
@@ -139,6 +142,7 @@ class WandbClient:
         max_attempts: int | None = None,
         timeout: float = 60.0,
         transport: httpx.BaseTransport | None = None,
+        concurrency: int | None = None,
     ):
         self.base_url = (url or base_url()).rstrip("/")
         key = key if key is not None else api_key(self.base_url)
@@ -149,8 +153,12 @@ class WandbClient:
             pace = float(env) if env else (0.5 if is_cloud else 0.0)
         self._pacer = Pacer(pace)
         self._max_attempts = max_attempts or int(os.environ.get("MARINCTL_HTTP_ATTEMPTS", "8"))
+        concurrency = concurrency or int(os.environ.get("MARINCTL_WANDB_CONCURRENCY") or CONCURRENCY)
+        self.slots = Concurrency(concurrency)
+        self._count = threading.Lock()
         self._client = httpx.Client(
             timeout=httpx.Timeout(timeout, connect=10.0),
+            limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
             auth=("api", key) if key else None,
             headers={"User-Agent": f"marinctl/{__version__}"},
             transport=transport,
@@ -170,18 +178,23 @@ class WandbClient:
 
     # -- transport ---------------------------------------------------------------------
     def _post_once(self, query: str, variables: dict[str, Any]) -> dict[str, Any]:
-        self._pacer.wait()
-        self.requests += 1
-        announce("W&B", self.base_url)
-        t0 = time.perf_counter()
-        try:
-            resp = self._client.post(f"{self.base_url}/graphql", json={"query": query, "variables": variables})
-        except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
-            raise Retryable(network_failure(exc, self.base_url)) from exc
-        finally:
-            self.http_seconds += time.perf_counter() - t0
+        with self.slots.slot():
+            self._pacer.wait()
+            announce("W&B", self.base_url)
+            t0 = time.perf_counter()
+            try:
+                resp = self._client.post(f"{self.base_url}/graphql", json={"query": query, "variables": variables})
+            except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+                raise Retryable(network_failure(exc, self.base_url)) from exc
+            finally:
+                with self._count:
+                    self.requests += 1
+                    self.http_seconds += time.perf_counter() - t0
         if resp.status_code == 429:
-            raise Retryable("rate limited (429)", server_wait(resp.headers) or 2.0)
+            wait = server_wait(resp.headers) or 2.0
+            self._pacer.hold(min(wait, RetryWait().cap))   # every thread of this client waits it out
+            self.slots.throttle()
+            raise Retryable("rate limited (429)", wait)
         if resp.status_code in (401, 403):
             who = "the API key from WANDB_API_KEY/netrc" if self._has_key else "anonymous access"
             raise RuntimeFailure(
@@ -206,6 +219,7 @@ class WandbClient:
             raise Retryable(f"GraphQL error: {messages[:200]}")
         if "data" not in payload:
             raise Retryable("response without data")
+        self.slots.relax()
         return payload["data"]
 
     def graphql(self, query: str, variables: dict[str, Any]) -> dict[str, Any]:
@@ -235,6 +249,20 @@ class WandbClient:
         per_page: int = 100,
     ) -> Iterator[RunInfo]:
         """Every run matching `filters`, de-duplicated by name (cursors are offsets, pages can shift)."""
+        for page, _ in self.list_pages(entity, project, filters=filters, order=order, per_page=per_page):
+            yield from page
+
+    def list_pages(
+        self,
+        entity: str,
+        project: str,
+        *,
+        filters: dict[str, Any] | None = None,
+        order: str = "+created_at",
+        per_page: int = 100,
+    ) -> Iterator[tuple[list[RunInfo], int | None]]:
+        """The listing page by page: (runs new on this page, the server's count of matching runs).
+        One request per page; a page holds each run's metadata and nothing of its history."""
         seen: set[str] = set()
         cursor: str | None = None
         stalled = 0
@@ -250,12 +278,15 @@ class WandbClient:
                     f"check it at https://wandb.ai/{entity}/{project}; list mirrored runs with `marinctl runs`",
                 )
             runs = proj["runs"]
+            page = []
             for edge in runs.get("edges") or []:
                 node = edge.get("node") or {}
                 if node.get("name") in seen:
                     continue
                 seen.add(node["name"])
-                yield parse_run(node, entity, project)
+                page.append(parse_run(node, entity, project))
+            count = proj.get("runCount")
+            yield page, int(count) if isinstance(count, int) else None
             info = runs.get("pageInfo") or {}
             if not info.get("hasNextPage"):
                 return
@@ -392,8 +423,8 @@ def loads(text: str | bytes) -> Any:
 def _json_string(value: Any) -> Any:
     if isinstance(value, str):
         try:
-            return json.loads(value)
-        except json.JSONDecodeError:
+            return loads(value)
+        except (json.JSONDecodeError, ValueError):
             return {}
     return value or {}
 
@@ -425,6 +456,14 @@ def unwrap_config(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def listing_digest(node: dict[str, Any]) -> str:
+    """A fingerprint of everything W&B listed for a run (state, heartbeat, updatedAt, line count,
+    last step, config, summary, tags …): equal digests mean the run has not moved since."""
+    import hashlib
+
+    return hashlib.blake2b(orjson.dumps(node, option=orjson.OPT_SORT_KEYS), digest_size=16).hexdigest()
+
+
 def parse_run(node: dict[str, Any], entity: str, project: str) -> RunInfo:
     config = unwrap_config(_json_string(node.get("config")))
     summary = _json_string(node.get("summaryMetrics"))
@@ -450,4 +489,6 @@ def parse_run(node: dict[str, Any], entity: str, project: str) -> RunInfo:
         remote_last_step=int(last) if isinstance(last, (int, float)) else None,
         history_line_count=node.get("historyLineCount"),
         url=f"https://wandb.ai/{entity}/{project}/runs/{node['name']}",
+        updated_at=_time(node.get("updatedAt")),
+        listing_digest=listing_digest(node),
     )

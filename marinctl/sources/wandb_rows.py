@@ -16,40 +16,44 @@ import pyarrow as pa
 def batch_from_rows(rows: Iterable[dict], step_key: str = "_step") -> pa.Table:
     """Long batch from W&B-style row dicts; keeps numeric scalars (bools as 0/1), drops the rest.
 
-    The hot loop of a JSON-window sync, so the common types are tested inline.
+    The hot loop of a JSON-window sync, so the common types are tested inline, and a row's step
+    is kept once with how many values it gave (repeated by NumPy) rather than once per value.
     """
+    import numpy as np
+
     steps: list[int] = []
+    counts: list[int] = []
     keys: list[str] = []
     values: list[float] = []
-    add_s, add_k, add_v = steps.append, keys.append, values.append
+    add_k, add_v = keys.append, values.append
     for row in rows:
         step = row.get(step_key)
         if step is None:
             continue
-        step = int(step)
+        before = len(keys)
         for k, v in row.items():
             t = type(v)
-            if t is float or t is int:
-                f = float(v)
+            if t is float:
+                if k != step_key:
+                    add_k(k)
+                    add_v(v)
+            elif t is int:
+                if k != step_key:
+                    add_k(k)
+                    add_v(float(v))
             elif t is bool or t is str:
                 f = as_float(v)
-                if f is None:
-                    continue
+                if f is not None:
+                    add_k(k)
+                    add_v(f)
             elif t is dict and k != step_key:
                 for sub, f in _nested(k, v):
-                    add_s(step)
                     add_k(sub)
                     add_v(f)
-                continue
-            else:
-                continue
-            if k == step_key:
-                continue
-            add_s(step)
-            add_k(k)
-            add_v(f)
-    return pa.table({"step": pa.array(steps, pa.int64()), "key": pa.array(keys, pa.string()),
-                     "value": pa.array(values, pa.float64())})
+        steps.append(int(step))
+        counts.append(len(keys) - before)
+    return pa.table({"step": pa.array(np.repeat(np.asarray(steps, np.int64), counts), pa.int64()),
+                     "key": pa.array(keys, pa.string()), "value": pa.array(values, pa.float64())})
 
 
 def _nested(prefix: str, value: dict) -> Iterable[tuple[str, float]]:

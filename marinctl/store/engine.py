@@ -26,6 +26,12 @@ def _package() -> None:
     import duckdb as package  # noqa: F401 — its import sets up the Arrow scans of every connection
 
 
+def preload() -> None:
+    """Load the package's Arrow scans now: a writer that will register Arrow tables (a project sync)
+    loads them in a thread while it waits on the network, not on its critical path."""
+    _package()
+
+
 def register(con: Any, name: str, table: Any) -> None:
     """`con.register(name, table)` for an Arrow table (the package's Arrow scans loaded first)."""
     _package()

@@ -119,6 +119,11 @@ def to_align(con: Connection) -> list[tuple[str, datetime | None, str | None, st
     return [(*r[:6], _fields(r[6])) for r in rows]
 
 
+def any_to_align(con: Connection) -> bool:
+    """Is there any GitHub or logbook event to align (a sync without them skips the aligner)?"""
+    return bool(con.execute("SELECT EXISTS (SELECT 1 FROM events WHERE source IN ('github', 'logbook'))").fetchall()[0][0])
+
+
 def issue_fields(con: Connection, repo: str) -> list[dict[str, Any]]:
     """The stored `fields` of every issue and pull request of a repository."""
     rows = con.execute("SELECT fields FROM events WHERE kind IN ('issue', 'pull') AND event_id LIKE ?",

@@ -34,13 +34,14 @@ def upsert_run(con: Connection, run: RunInfo) -> int:
         run.fork_parent, run.fork_step, run.remote_last_step, run.history_line_count,
         run.path, run.url,
         json.dumps(run.environment, default=str) if run.environment is not None else None,
+        run.updated_at, run.listing_digest,
     ]
     if row is None:
         con.execute(
             "INSERT INTO runs (uid, source, entity, project, run_id, name, run_group, job_type, tags,"
             " state, created_at, heartbeat_at, config, summary, fork_parent, fork_step,"
-            " remote_last_step, history_line_count, path, url, environment, synced_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, current_timestamp)",
+            " remote_last_step, history_line_count, path, url, environment, updated_at, listing_digest, synced_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, current_timestamp)",
             [run.uid, *values],
         )
         return con.execute("SELECT run_pk FROM runs WHERE uid = ?", [run.uid]).fetchall()[0][0]
@@ -48,7 +49,8 @@ def upsert_run(con: Connection, run: RunInfo) -> int:
         "UPDATE runs SET source=?, entity=?, project=?, run_id=?, name=?, run_group=?, job_type=?,"
         " tags=?, state=?, created_at=?, heartbeat_at=?, config=?, summary=?, fork_parent=?,"
         " fork_step=?, remote_last_step=?, history_line_count=?, path=coalesce(?, path),"
-        " url=coalesce(?, url), environment=coalesce(?, environment), synced_at=current_timestamp"
+        " url=coalesce(?, url), environment=coalesce(?, environment), updated_at=?, listing_digest=?,"
+        " synced_at=current_timestamp"
         " WHERE run_pk=?",
         [*values, row[0]],
     )
@@ -250,3 +252,83 @@ def find_rung_runs(con: Connection, rung: str) -> list[dict[str, Any]]:
     # Prefer logged (cloud) rungs over local reproductions when both exist.
     cloud = [r for r in rows if r["source"] == "wandb"]
     return cloud or rows
+
+
+# --- many runs at once: a project sync -------------------------------------------------------
+
+def listed_facts(con: Connection, uids: list[str]) -> dict[str, dict[str, Any]]:
+    """What a project sync needs to tell, from W&B's listing alone, whether each run moved — for
+    many runs in one read: the listing digest and remote state last stored, the last stored step,
+    the history watermark (next step to fetch) and how far detection has scored. Unknown runs are absent."""
+    if not uids:
+        return {}
+    cur = con.execute(
+        "SELECT r.uid, r.run_pk, r.state, r.heartbeat_at, r.remote_last_step, r.history_line_count,"
+        " r.listing_digest, r.last_step, h.position AS mark, d.position AS scored_to"
+        " FROM runs r"
+        " LEFT JOIN sync_state h ON h.scope = 'history' AND h.name = r.uid"
+        " LEFT JOIN sync_state d ON d.scope = 'detect' AND d.name = r.uid"
+        " WHERE r.uid IN (SELECT unnest(?::VARCHAR[]))", [list(uids)])
+    cols = [d[0] for d in cur.description]
+    return {row[0]: dict(zip(cols, row)) for row in cur.fetchall()}
+
+
+def upsert_runs(con: Connection, infos: list[RunInfo]) -> dict[str, int]:
+    """`upsert_run` for many runs in three statements (a project's page of runs): returns uid → run_pk."""
+    if not infos:
+        return {}
+    import pyarrow as pa
+
+    from marinctl.store import engine
+
+    table = pa.table({
+        "uid": [r.uid for r in infos], "source": [r.source for r in infos], "entity": [r.entity for r in infos],
+        "project": [r.project for r in infos], "run_id": [r.run_id for r in infos], "name": [r.name for r in infos],
+        "run_group": [r.group for r in infos], "job_type": [r.job_type for r in infos],
+        "tags": pa.array([list(r.tags or []) for r in infos], pa.list_(pa.string())),
+        "state": [r.state for r in infos],
+        "created_at": pa.array([r.created_at for r in infos], pa.timestamp("us", "UTC")),
+        "heartbeat_at": pa.array([r.heartbeat_at for r in infos], pa.timestamp("us", "UTC")),
+        "config": [json.dumps(r.config, default=str) for r in infos],
+        "summary": [json.dumps(r.summary, default=str) for r in infos],
+        "fork_parent": [r.fork_parent for r in infos], "fork_step": pa.array([r.fork_step for r in infos], pa.int64()),
+        "remote_last_step": pa.array([r.remote_last_step for r in infos], pa.int64()),
+        "history_line_count": pa.array([r.history_line_count for r in infos], pa.int64()),
+        "path": [r.path for r in infos], "url": [r.url for r in infos],
+        "environment": [json.dumps(r.environment, default=str) if r.environment is not None else None for r in infos],
+        "updated_at": pa.array([r.updated_at for r in infos], pa.timestamp("us", "UTC")),
+        "listing_digest": [r.listing_digest for r in infos],
+    })
+    columns = ("source, entity, project, run_id, name, run_group, job_type, tags, state, created_at, heartbeat_at,"
+               " config, summary, fork_parent, fork_step, remote_last_step, history_line_count, path, url,"
+               " environment, updated_at, listing_digest")
+    known = {r[0] for r in con.execute("SELECT uid FROM runs WHERE uid IN (SELECT unnest(?::VARCHAR[]))",
+                                       [[r.uid for r in infos]]).fetchall()}
+    engine.register(con, "_listed", table)
+    try:
+        if known:
+            con.execute(
+                "UPDATE runs SET source = n.source, entity = n.entity, project = n.project, run_id = n.run_id,"
+                " name = n.name, run_group = n.run_group, job_type = n.job_type, tags = n.tags, state = n.state,"
+                " created_at = n.created_at, heartbeat_at = n.heartbeat_at, config = n.config, summary = n.summary,"
+                " fork_parent = n.fork_parent, fork_step = n.fork_step, remote_last_step = n.remote_last_step,"
+                " history_line_count = n.history_line_count, path = coalesce(n.path, runs.path),"
+                " url = coalesce(n.url, runs.url), environment = coalesce(n.environment, runs.environment),"
+                " updated_at = n.updated_at, listing_digest = n.listing_digest, synced_at = current_timestamp"
+                " FROM _listed n WHERE runs.uid = n.uid")
+        if len(known) < len(infos):
+            con.execute(f"INSERT INTO runs (uid, {columns}, synced_at) SELECT uid, {columns}, current_timestamp"
+                        " FROM _listed WHERE uid NOT IN (SELECT uid FROM runs)")
+    finally:
+        con.unregister("_listed")
+    rows = con.execute("SELECT uid, run_pk FROM runs WHERE uid IN (SELECT unnest(?::VARCHAR[]))",
+                       [[r.uid for r in infos]]).fetchall()
+    return dict(rows)
+
+
+def raise_last_steps(con: Connection, steps: dict[int, int]) -> None:
+    """`raise_last_step` for many runs at once: {run_pk: step}."""
+    if steps:
+        con.execute("UPDATE runs SET last_step = greatest(coalesce(runs.last_step, -1), t.step)"
+                    " FROM (SELECT unnest(?::INTEGER[]) AS pk, unnest(?::BIGINT[]) AS step) t WHERE runs.run_pk = t.pk",
+                    [list(steps), list(steps.values())])

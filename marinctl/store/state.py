@@ -132,3 +132,14 @@ def rewind_detection(con: Connection, uid: str, step: int) -> None:
 
 def forget_detection(con: Connection, uid: str) -> None:
     con.execute("DELETE FROM sync_state WHERE scope = 'detect' AND name = ?", [uid])
+
+
+def set_history_marks(con: Connection, marks: dict[str, int]) -> None:
+    """`set_history_mark` for many runs in one statement: {uid: next step to fetch}."""
+    if marks:
+        con.execute(
+            "INSERT INTO sync_state (scope, name, position, token, extra, updated_at)"
+            " SELECT 'history', t.uid, t.pos, NULL, NULL, current_timestamp"
+            " FROM (SELECT unnest(?::VARCHAR[]) AS uid, unnest(?::BIGINT[]) AS pos) t"
+            " ON CONFLICT (scope, name) DO UPDATE SET position = excluded.position, token = NULL, extra = NULL,"
+            " updated_at = excluded.updated_at", [list(marks), list(marks.values())])

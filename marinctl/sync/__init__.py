@@ -25,13 +25,18 @@ __all__ = ["sync_targets", "parse_target", "resolve_targets", "lock_key", "plan_
 
 
 def sync_targets(store: Store, targets: list[str], *, progress: Progress | None = None, warn: Warn | None = None,
-                 detect: bool = True, client=None, following: bool = False) -> dict[str, Any]:
+                 detect: bool = True, client=None, following: bool = False, tally=None, select=None,
+                 detect_all: bool = False) -> dict[str, Any]:
     """Sync every target; returns the contract's JSON: {"runs": [...], "events_added": N, ...}.
 
     `following` (sync --follow, watch): GitHub is polled at most every 5 minutes and a
     GitHub rate limit skips GitHub until it resets instead of ending the loop. Warnings are
     passed to `warn` as they happen and listed under "warnings". `client`: the W&B client
     to use (tests, benchmarks); by default one per W&B plan.
+
+    A whole W&B project (no run id) goes through sync/project.py: `tally(runs done, runs, rows)`
+    follows it, `select(RunInfo)` keeps the runs to mirror (`--where`), and `detect_all` scores
+    every run it brought in even past project.DETECT_INLINE (`--detect`).
     """
     started = time.perf_counter()
     from marinctl.sync import derive
@@ -48,6 +53,27 @@ def sync_targets(store: Store, targets: list[str], *, progress: Progress | None 
     synced: list[str] = []    # run uids this pass brought up to date (detection scores their new steps)
     landed = False            # history or events arrived: every event is aligned again
     for plan in plans:
+        if plan.kind == "wandb" and not plan.run_id:
+            from marinctl.sources.wandb import WandbClient
+            from marinctl.sync import project
+
+            own = client is None
+            wb = client or WandbClient()
+            try:
+                done = project.sync_project(store, wb, plan, progress=progress, tally=tally, select=select,
+                                            detect_all=detect_all)
+            finally:
+                if own:
+                    wb.close()
+            report["timing"]["wandb_http_s"] += getattr(wb, "http_seconds", 0.0)
+            report["runs"] += [r.as_json() for r in done.results]
+            synced += done.to_score
+            landed |= any(r.rows_added for r in done.results)
+            if done.deferred:
+                report["detection_deferred"] = report.get("detection_deferred", 0) + len(done.deferred)
+                note(f"anomaly detection left for {len(done.deferred)} runs of {plan.entity}/{plan.project} "
+                     f"(each is scored when synced alone or watched; `marinctl sync {plan.raw} --detect` scores all now)")
+            continue
         if plan.kind == "wandb":   # each source's module loads when a plan needs it (a local sync: no HTTP client)
             from marinctl.sync import wandb
 

@@ -8,21 +8,24 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from marinctl.analysis.events import align
-
-from marinctl.analysis.detect import detection
 from marinctl.store import Connection, Store, anomalies, events, runs, state
 
 
 def after_sync(store: Store, uids: Iterable[str], *, realign: bool) -> None:
     """The pipeline's last step, in one transaction: detection on the runs just synced, then
-    (when anything landed) every event aligned again."""
+    (when anything landed) every event aligned again. Detection and the aligner load only when
+    there is something for them (a project sync that leaves detection for later skips both)."""
+    uids = list(uids)
+    if not uids and not realign:
+        return
     with store.transaction() as con:
         for uid in uids:
             run_pk = runs.pk_of(con, uid)
             if run_pk is not None:
                 detect(con, run_pk)
-        if realign:
+        if realign and events.any_to_align(con):
+            from marinctl.analysis.events import align
+
             events.set_alignment(con, align.realign(con))
 
 
@@ -32,6 +35,8 @@ def realign_events(store: Store) -> int:
     Runs after each GitHub sync and after W&B history lands, so events synced before
     their run's history arrived get their steps once it has.
     """
+    from marinctl.analysis.events import align
+
     with store.transaction() as con:
         return events.set_alignment(con, align.realign(con))
 
@@ -42,6 +47,8 @@ def detect(con: Connection, run_pk: int, *, full: bool = False) -> int:
     Call inside a transaction: the anomalies and the new detection position land together,
     so an interrupted pass is simply redone. Idempotent: rerunning finds nothing new.
     """
+    from marinctl.analysis.detect import detection
+
     found = detection.full(con, run_pk) if full else detection.incremental(con, run_pk)
     new = 0
     if found.full:

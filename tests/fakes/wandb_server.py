@@ -51,11 +51,16 @@ Options that change what is served:
 - `on_request=fn`: `fn(op, n)` is called as request number `n` (from 0) of operation `op`
   arrives, before it is answered; `op` is a GraphQL operation name or "GET /files". Tests use
   it to act at a precise point of a client's sync (e.g. SIGKILL the client).
+- `latency=S`: every request (GraphQL and file GETs) is answered S seconds late, as a real
+  round trip would be (benchmarks of concurrent clients); requests wait side by side.
+- `server.stats` counts requests per operation; `server.in_flight_max` is the most requests
+  that were being answered at once (a bounded client's concurrency, seen from the server).
 '''
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import shutil
@@ -173,6 +178,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        with self.owner.answering():
+            self._post(raw)
+
+    def _post(self, raw: bytes) -> None:
         if self.path.split("?")[0].rstrip("/") != "/graphql":
             self.owner._count("POST " + self.path)
             return self._send(404, b'{"error":"not found"}')
@@ -182,6 +191,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, body, headers=headers, truncate=(mode == "truncate"))
 
     def do_GET(self) -> None:
+        with self.owner.answering():
+            self._get()
+
+    def _get(self) -> None:
         path = self.path.split("?")[0]
         if path.startswith("/files/"):
             n = self.owner._count("GET /files")
@@ -231,12 +244,15 @@ class WandbServer:
     def __init__(self, runs: list[SynthRun], *, faults: Faults | None = None,
                  exported_until: dict[str, int] | None = None, inherit_forks: bool = True,
                  parquet_steps_per_file: int = 50_000, port: int = 0, verbose: bool = True,
-                 fork_from_first_logged: bool = True, on_request=None):
+                 fork_from_first_logged: bool = True, on_request=None, latency: float = 0.0):
         self.runs: dict[str, SynthRun] = {r.run_id: r for r in runs}
         self.faults = faults or Faults()
         self.exported_until = dict(exported_until or {})
         self.history = HistoryView(self.runs, inherit=inherit_forks, fork_from_first_logged=fork_from_first_logged)
         self.on_request = on_request
+        self.latency = latency
+        self.in_flight = 0
+        self.in_flight_max = 0
         self.parquet_steps_per_file = parquet_steps_per_file
         self.default_entity = runs[0].entity if runs else "marin-community"
         self.stats: Counter[str] = Counter()
@@ -290,6 +306,20 @@ class WandbServer:
         assert self._httpd is not None, "server not started"
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}"
+
+    @contextlib.contextmanager
+    def answering(self):
+        """One request being answered: counted in flight, delayed by `latency`."""
+        with self._lock:
+            self.in_flight += 1
+            self.in_flight_max = max(self.in_flight_max, self.in_flight)
+        try:
+            if self.latency > 0:
+                time.sleep(self.latency)
+            yield
+        finally:
+            with self._lock:
+                self.in_flight -= 1
 
     # --- data control ------------------------------------------------------------------
     def add_run(self, run: SynthRun) -> None:

@@ -1,0 +1,264 @@
+"""`marinctl sync ENTITY/PROJECT` at project scale, through the CLI against the loopback W&B fake.
+
+- every run of a SYNTHETIC project of many short runs lands exactly (export = what the run logged),
+  in a handful of aliased requests, never more at once than the client's concurrency;
+- a re-sync of the unchanged project costs at most one request per listing page plus two (running
+  runs that did not move included: W&B's listing says they did not);
+- a finished run whose metadata changed is written without a history request; a run that logged
+  more is fetched from its last stored step only; `--where` fetches only the matching runs;
+- a sync SIGKILLed mid-project resumes with nothing lost or doubled;
+- 429s during a project sync end complete, and every thread waits out the server's word;
+- on a terminal, progress says runs done of total, rows and rate.
+All runs are SYNTHETIC.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from tests.blackbox import cli_json, env_with, export_rows, marinctl_proc, run_cli, start_wandb, wait_until
+from tests.fakes.sweep import ENTITY, short_runs
+
+P = "project-synthetic"
+KEYS = ("train/loss", "optim/learning_rate", "grad/norm/total", "eval/paloma/macro_loss", "throughput/total_tokens")
+HISTORY_OPS = ("RunsHistoryBatch", "HistoryPage", "RunParquetHistory", "RunTimestamps", "RunSystemEvents")
+
+
+def _truth(run) -> list[tuple[int, str, float]]:
+    return sorted(run.long_rows())
+
+
+def _exported(cli, run_id: str) -> list[tuple[int, str, float]]:
+    return sorted((s, k, float(v)) for s, k, v in export_rows(cli, run_id))
+
+
+def _history_requests(server, since: int) -> list[tuple[str, dict]]:
+    return [(op, v) for op, v in server.requests[since:] if op in HISTORY_OPS]
+
+
+@pytest.fixture
+def project(monkeypatch):
+    """120 short finished runs and 6 running ones (two listing pages of 100)."""
+    runs = short_runs(120, project=P, steps=30, keys=KEYS) + short_runs(6, project=P, steps=30, keys=KEYS,
+                                                                     state="running", prefix="live")
+    server = start_wandb(runs)
+    monkeypatch.setenv("WANDB_BASE_URL", server.url)
+    monkeypatch.setenv("MARINCTL_WANDB_CONCURRENCY", "3")
+    yield server, runs
+    server.stop()
+
+
+def test_project_lands_whole_in_a_few_aliased_requests(cli, project):
+    server, runs = project
+    report = cli_json(cli, "sync", f"{ENTITY}/{P}", "--json")
+    assert sorted(r["run"] for r in report["runs"]) == sorted(r.run_id for r in runs)
+    assert sum(r["rows_added"] for r in report["runs"]) == sum(len(r.long_rows()) for r in runs)
+    for run in runs[::25] + runs[-2:]:
+        assert _exported(cli, run.run_id) == _truth(run), run.run_id
+    ops = [op for op, _ in server.requests]
+    assert ops.count("Runs") == 2                        # the listing: two pages
+    assert 1 <= ops.count("RunsHistoryBatch") <= 10      # 126 runs' history, batched
+    assert not set(ops) & {"HistoryPage", "RunParquetHistory", "RunSystemEvents", "RunTimestamps"}
+    assert 2 <= server.in_flight_max <= 3                # side by side, within MARINCTL_WANDB_CONCURRENCY
+    dupes = cli_json(cli, "sql", "SELECT run_pk, key_id, step FROM metrics GROUP BY ALL HAVING count(*) > 1", "--json")
+    assert dupes == []
+
+
+def test_resync_of_an_unchanged_project_is_its_listing(cli, project):
+    server, runs = project
+    run_cli(cli, "sync", f"{ENTITY}/{P}")
+    before = len(server.requests)
+    report = cli_json(cli, "sync", f"{ENTITY}/{P}", "--json")
+    asked = [op for op, _ in server.requests[before:]]
+    pages = 2
+    assert len(asked) <= pages + 2, asked                # running runs that did not move cost nothing either
+    assert asked.count("Runs") == pages
+    assert all(r["rows_added"] == 0 for r in report["runs"]) and len(report["runs"]) == len(runs)
+
+
+def test_only_moved_runs_are_asked_again(cli, project):
+    server, runs = project
+    run_cli(cli, "sync", f"{ENTITY}/{P}")
+    finished, live = runs[7], runs[-1]
+    finished.tags = finished.tags + ["relabelled"]       # metadata moved, history did not
+    last = cli_json(cli, "show", live.run_id, "--json")["last_step"]
+    live.extend(45)                                      # a running run logged 15 more steps
+    before = len(server.requests)
+    report = cli_json(cli, "sync", f"{ENTITY}/{P}", "--json")
+    fetched = _history_requests(server, before)
+    names = {v[k] for _, v in fetched for k in v if k.startswith("n")}
+    assert names == {live.run_id}, names                 # the relabelled finished run is not asked again
+    lows = [v[k] for _, v in fetched for k in v if k.startswith("lo")]
+    assert lows and min(lows) == last + 1
+    assert {r["run"]: r["rows_added"] for r in report["runs"]}[live.run_id] > 0
+    assert _exported(cli, live.run_id) == _truth(live)
+    assert [r["run"] for r in cli_json(cli, "runs", "--where", "tag:relabelled", "--json")] == [finished.run_id]
+
+
+def test_where_fetches_only_the_matching_runs(cli, project):
+    server, runs = project
+    report = cli_json(cli, "sync", f"{ENTITY}/{P}", "--where", "state:running", "--json")
+    assert sorted(r["run"] for r in report["runs"]) == sorted(r.run_id for r in runs if r.state == "running")
+    names = {v[k] for _, v in _history_requests(server, 0) for k in v if k.startswith("n")}
+    assert names == {r.run_id for r in runs if r.state == "running"}
+    assert {r["run"] for r in cli_json(cli, "runs", "--json")} == names
+
+
+def test_sync_where_names_a_bad_term_before_any_request(cli, project):
+    server, _ = project
+    code, out, err = cli("sync", f"{ENTITY}/{P}", "--where", "state:running lr>=1e-3")
+    assert code == 2 and out == ""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 2 and "lr>=1e-3" in lines[0] and "unknown field" in lines[0], err
+    assert server.requests == []
+
+
+# --- killed mid-project ------------------------------------------------------------------------------
+
+def test_a_project_sync_killed_mid_way_resumes_with_nothing_lost_or_doubled(cli, tmp_path, monkeypatch):
+    runs = short_runs(60, project=P, steps=40, keys=KEYS)
+    fired: list[int] = []
+    target: dict[str, int] = {}
+
+    def kill_at_seventh_batch(op, n):
+        if op == "RunsHistoryBatch" and n == 6 and target.get("pid") and not fired:
+            fired.append(n)
+            threading.Timer(0.1, os.kill, (target["pid"], signal.SIGKILL)).start()
+
+    server = start_wandb(runs, on_request=kill_at_seventh_batch)
+    home = tmp_path / "home"
+    env = env_with(MARINCTL_HOME=str(home), WANDB_BASE_URL=server.url, MARINCTL_WANDB_CONCURRENCY="2")
+    try:
+        # small requests, so the kill lands with some units committed and others not
+        proc = marinctl_proc(["sync", f"{ENTITY}/{P}"], env={**env, "MARINCTL_PROJECT_BATCH_VALUES": "3000"},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        target["pid"] = proc.pid
+        _, err = proc.communicate(timeout=120)
+        assert fired and proc.returncode == -signal.SIGKILL, (proc.returncode, err.decode()[-2000:])
+        mc = lambda *a: cli("--home", str(home), *a)      # noqa: E731
+        partial = cli_json(mc, "runs", "--json")
+        assert 0 < len(partial) < len(runs)              # some units landed, some did not
+        monkeypatch.setenv("WANDB_BASE_URL", server.url)
+        run_cli(mc, "sync", f"{ENTITY}/{P}")
+    finally:
+        server.stop()
+    assert len(cli_json(mc, "runs", "--json")) == len(runs)
+    for run in runs:
+        assert _exported(mc, run.run_id) == _truth(run), run.run_id
+    assert cli_json(mc, "sql", "SELECT run_pk, key_id, step FROM metrics GROUP BY ALL HAVING count(*) > 1", "--json") == []
+
+
+# --- rate limits ---------------------------------------------------------------------------------------
+
+def test_429s_during_a_project_sync_end_complete_and_hold_every_thread(cli, monkeypatch):
+    from tests.fakes.wandb_server import Faults
+
+    runs = short_runs(40, project=P, steps=30, keys=KEYS)
+    arrivals: list[tuple[float, str, int]] = []
+    server = start_wandb(runs, faults=Faults(rate_limits=[(3, 1)], rate_limit_every=7, retry_after=1.0,
+                                             ops=("RunsHistoryBatch",)),
+                         on_request=lambda op, n: arrivals.append((time.monotonic(), op, n)))
+    monkeypatch.setenv("WANDB_BASE_URL", server.url)
+    monkeypatch.setenv("MARINCTL_WANDB_CONCURRENCY", "4")
+    monkeypatch.setenv("MARINCTL_PROJECT_BATCH_VALUES", "2000")   # many requests, so several are in flight
+    try:
+        report = cli_json(cli, "sync", f"{ENTITY}/{P}", "--json")
+    finally:
+        server.stop()
+    limited = sorted(n for op, n in server.faulted if op == "RunsHistoryBatch")
+    assert len(limited) >= 2, server.faulted
+    assert sum(r["rows_added"] for r in report["runs"]) == sum(len(r.long_rows()) for r in runs)
+    for run in runs[::9]:
+        assert _exported(cli, run.run_id) == _truth(run)
+    # after the first 429 (Retry-After 1 s) no thread asked again until the second had nearly passed
+    t429 = next(t for t, op, n in arrivals if op == "RunsHistoryBatch" and n == limited[0])
+    early = [n for t, op, n in arrivals if op == "RunsHistoryBatch" and t429 + 0.25 < t < t429 + 0.9]
+    assert early == [], early
+
+
+# --- progress ---------------------------------------------------------------------------------------------
+
+def test_progress_on_a_terminal_counts_runs_and_rows(tmp_path, project):
+    import pty
+
+    server, runs = project
+    env = env_with(MARINCTL_HOME=str(tmp_path / "home"), WANDB_BASE_URL=server.url, COLUMNS="160",
+                   MARINCTL_PROJECT_BATCH_VALUES="4000")
+    master, slave = pty.openpty()
+    proc = marinctl_proc(["sync", f"{ENTITY}/{P}"], env=env, stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    seen = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(master)
+        proc.wait(timeout=120)
+    text = seen.decode(errors="replace")
+    assert proc.returncode == 0, text[-2000:]
+    assert f"/{len(runs)}" in text and "rows" in text and "runs/s" in text, text[-2000:]
+
+
+def test_a_run_deleted_between_listing_and_fetch_is_left_out(cli, monkeypatch):
+    runs = short_runs(12, project=P, steps=30, keys=KEYS)
+    gone = runs[5]
+
+    def delete_at_first_batch(op, n):
+        if op == "RunsHistoryBatch" and n == 0:
+            server.runs.pop(gone.run_id, None)
+
+    server = start_wandb(runs, on_request=delete_at_first_batch)
+    monkeypatch.setenv("WANDB_BASE_URL", server.url)
+    try:
+        report = cli_json(cli, "sync", f"{ENTITY}/{P}", "--json")
+    finally:
+        server.stop()
+    assert sorted(r["run"] for r in report["runs"]) == sorted(r.run_id for r in runs if r is not gone)
+    assert {r["run"] for r in cli_json(cli, "runs", "--json")} == {r.run_id for r in runs if r is not gone}
+    for run in runs[4:7]:
+        if run is not gone:
+            assert _exported(cli, run.run_id) == _truth(run)
+
+
+def test_detection_past_32_runs_is_left_for_later_and_done_on_request(cli, monkeypatch):
+    runs = short_runs(34, project=P, steps=300, keys=KEYS)
+    spiky = runs[20]
+    spiky.set_values("train/loss", [250], [40.0])            # one loss spike, SYNTHETIC
+    server = start_wandb(runs)
+    monkeypatch.setenv("WANDB_BASE_URL", server.url)
+    try:
+        code, out, err = cli("sync", f"{ENTITY}/{P}", "--json")
+        assert code == 0, err
+        report = json.loads(out)
+        assert report["detection_deferred"] == 34 and "anomaly detection left for 34 runs" in err
+        assert cli_json(cli, "anomalies", "--run", spiky.run_id, "--json") == []
+        _, text, _ = run_cli(cli, "sync", f"{ENTITY}/{P}")
+        assert "34 of 34 runs unchanged" in text and len(text.splitlines()) < 5
+        before = len(server.requests)
+        run_cli(cli, "sync", f"{ENTITY}/{P}", "--detect")
+        assert [op for op, _ in server.requests[before:]] == ["Runs"]   # scoring asks W&B for nothing
+    finally:
+        server.stop()
+    found = cli_json(cli, "anomalies", "--run", spiky.run_id, "--json")
+    assert any(a["step"] == 250 and a["metric"] == "train/loss" for a in found), found
+
+
+def test_where_with_a_single_run_target_is_bad_input(cli, project):
+    server, runs = project
+    code, out, err = cli("sync", f"{ENTITY}/{P}/{runs[0].run_id}", "--where", "state:finished")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and "--where selects runs of a W&B project" in lines[0] and len(lines) == 2, err
+    assert server.requests == []
