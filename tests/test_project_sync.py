@@ -24,7 +24,8 @@ from datetime import timedelta
 
 import pytest
 
-from tests.blackbox import cli_json, env_with, export_rows, marinctl_proc, run_cli, start_wandb, wait_until
+from tests.blackbox import (cli_json, env_with, export_rows, marinctl_proc, marinctl_run, run_cli, start_wandb,
+                            wait_until)
 from tests.fakes.sweep import ENTITY, short_runs
 from tests.fakes.wandb_history import system_events
 
@@ -155,6 +156,42 @@ def test_a_sweep_leaves_system_metrics_to_each_runs_own_sync_and_says_so(cli, pr
     assert _system_stored(cli, runs[5].run_id) == []
     run_cli(cli, "sync", f"{ENTITY}/{P}/{runs[5].run_id}")    # the run's own sync brings them
     assert _system_stored(cli, runs[5].run_id) == _system_truth(runs[5])
+
+
+def test_a_run_synced_by_another_process_meanwhile_is_not_written_twice(cli, monkeypatch):
+    """`sync E/P/RUN` (or a watch keeping RUN in sync) lands the run while a project sync of E/P has
+    its batch in flight: the project writes none of those steps again, and a run whose lock another
+    process holds is left to it."""
+    runs = short_runs(3, project=P, steps=30, keys=KEYS, state="running", prefix="live")
+    alone = runs[1]
+    done: list[subprocess.CompletedProcess] = []
+
+    def meanwhile(op: str, n: int) -> None:
+        if op == "RunsHistoryBatch" and n == 0:   # the project's batch is asked: another process syncs one run
+            done.append(marinctl_run(["sync", f"{ENTITY}/{P}/{alone.run_id}"], env=env_with(WANDB_BASE_URL=server.url)))
+
+    server = start_wandb(runs, on_request=meanwhile)
+    monkeypatch.setenv("WANDB_BASE_URL", server.url)
+    try:
+        run_cli(cli, "sync", f"{ENTITY}/{P}")
+        assert done and done[0].returncode == 0, done[0].stderr if done else "the other sync never ran"
+        dupes = cli_json(cli, "sql", "SELECT run_pk, key_id, step FROM metrics GROUP BY ALL HAVING count(*) > 1", "--json")
+        assert dupes == []
+        for run in runs:
+            assert _exported(cli, run.run_id) == _truth(run), run.run_id
+        for run in runs:                                      # 15 more steps, while one run's lock is held
+            run.extend(45)
+        from marinctl import paths
+        from marinctl.store.synclock import acquire
+
+        with acquire(paths.db_path(), f"{ENTITY}/{P}/{alone.run_id}", owner="a SYNTHETIC follower"):
+            run_cli(cli, "sync", f"{ENTITY}/{P}")
+            assert _exported(cli, alone.run_id) != _truth(alone)      # left to the lock's holder
+            assert _exported(cli, runs[0].run_id) == _truth(runs[0])
+        run_cli(cli, "sync", f"{ENTITY}/{P}")
+        assert _exported(cli, alone.run_id) == _truth(alone)
+    finally:
+        server.stop()
 
 
 def test_where_fetches_only_the_matching_runs(cli, project):

@@ -48,9 +48,9 @@ from marinctl.domain import Progress, RunInfo
 from marinctl.errors import UserError
 from marinctl.sources import wandb_batch
 from marinctl.sources.wandb import WandbClient
-from marinctl.store import Store, metrics, runs, state, system
+from marinctl.store import Store, metrics, runs, state, synclock, system
 from marinctl.sync import wandb as one_run
-from marinctl.sync.targets import Plan
+from marinctl.sync.targets import Plan, run_lock_key
 
 WINDOW_STEPS = 1000         # steps per history window (the SDK's HistoryPage size)
 BATCH_VALUES = 250_000      # history values asked for in one aliased request (estimated)
@@ -123,6 +123,8 @@ def sync_project(store: Store, client: WandbClient, plan: Plan, *, progress: Pro
         while True:
             while not pages.ready() and not may_wait[0]:
                 yield None   # the next page is not here yet and there is writing to do: come back later
+            if counts["listed"] and not pages.ready():
+                hold.release()   # waiting on the network: another process may write meanwhile
             got = next(pages, None)
             if got is None:
                 break
@@ -212,9 +214,11 @@ def sync_project(store: Store, client: WandbClient, plan: Plan, *, progress: Pro
             if unit.kind == "serial":
                 hold.release()   # the one-run path opens the store per unit of its own work
                 for item in unit.runs:
-                    out.results.append(one_run.sync_run(store, client, item.info, progress=progress))
+                    _sync_alone(store, client, item, out, progress)
             else:
                 # the units after this one that are already here join its commit (one commit, not several)
+                if unit.future is not None and not unit.future.done():
+                    hold.release()   # waiting on the network: another process may write meanwhile
                 items, got = list(unit.runs), _answers(unit)
                 while pending and pending[0].kind != "serial" and (pending[0].future is None or pending[0].future.done()) \
                         and len(items) < COMMIT_RUNS:
@@ -229,7 +233,7 @@ def sync_project(store: Store, client: WandbClient, plan: Plan, *, progress: Pro
                 counts["done"] += len(items) - len(unit.runs)
                 for item in redo:   # W&B rewrote history under a stored run: the one-run path walks it back
                     hold.release()
-                    out.results.append(one_run.sync_run(store, client, item.info, progress=progress))
+                    _sync_alone(store, client, item, out, progress)
             counts["done"] += len(unit.runs)
             tell()
             fill()
@@ -241,6 +245,18 @@ def sync_project(store: Store, client: WandbClient, plan: Plan, *, progress: Pro
     if len(out.to_score) > INLINE and not detect_all:
         out.deferred, out.to_score = out.to_score, []
     return out
+
+
+def _sync_alone(store: Store, client: WandbClient, item: Listed, out: ProjectResult, progress: Progress | None) -> None:
+    """The one-run path for one listed run, under the run's own lock (skipped when another process
+    holds it: that process is bringing the run up to date)."""
+    with synclock.held(store.path, [_lock(item)], owner="sync (project)") as mine:
+        if mine:
+            out.results.append(one_run.sync_run(store, client, item.info, progress=progress))
+
+
+def _lock(item: Listed) -> str:
+    return run_lock_key(item.info.entity, item.info.project, item.info.run_id)
 
 
 def _preload() -> None:
@@ -381,13 +397,18 @@ def _commit(store: Store, items: list[Listed], got: list) -> tuple[list[one_run.
     None), or None where nothing was fetched (metadata only). Returns the results, and the runs whose last stored step W&B now
     serves otherwise (a rewrite: nothing of them is written here; the one-run path walks it back)."""
     results, redo = [], []
-    with store.transaction() as con:
+    with synclock.held(store.path, [_lock(item) for item in items], owner="sync (project)") as mine, \
+            store.transaction() as con:
         keep: list[tuple[Listed, Any, bool]] = []
         sampled: list[tuple[Listed, list]] = []
+        now = runs.listed_facts(con, [item.uid for item in items])   # another process may have synced since planning
         for item, fetched in zip(items, got):
-            if fetched is GONE:   # deleted since listed: nothing of it is written; the next listing will say
-                continue
+            if fetched is GONE or _lock(item) not in mine:   # deleted since listed, or another process
+                continue                                    # syncs it now: nothing of it is written here
             batch, check_ts, samples = fetched if fetched is not None else (None, None, None)
+            mark = (now.get(item.uid) or {}).get("mark")
+            if batch is not None and mark is not None and mark > item.start:
+                batch = _from_step(batch, mark)              # what landed meanwhile is not written twice
             if fetched is not None and item.check_step is not None and _rewritten(con, item, check_ts):
                 redo.append(item)
                 continue
@@ -398,8 +419,9 @@ def _commit(store: Store, items: list[Listed], got: list) -> tuple[list[one_run.
         with_rows = [(pks[item.uid], batch) for item, batch, _ in keep if batch is not None]
         metrics.append_runs(con, with_rows)
         runs.raise_last_steps(con, {pk: max_step(batch) for pk, batch in with_rows})
-        state.set_history_marks(con, {item.uid: item.info.remote_last_step + 1 for item, _, fetched in keep
-                                      if fetched and item.history and item.info.remote_last_step is not None})
+        state.set_history_marks(con, {
+            item.uid: max(item.info.remote_last_step + 1, (now.get(item.uid) or {}).get("mark") or 0)
+            for item, _, fetched in keep if fetched and item.history and item.info.remote_last_step is not None})
         for item, samples in sampled:
             system.replace_samples(con, pks[item.uid], samples, one_run.system_seen(item.info))
         for item, batch, _ in keep:
@@ -413,6 +435,14 @@ def _commit(store: Store, items: list[Listed], got: list) -> tuple[list[one_run.
             results.append(one_run.RunSyncResult(item.info.run_id, item.uid, batch.num_rows if batch is not None else 0,
                                                  first, last))
     return results, redo
+
+
+def _from_step(batch, step: int):
+    """The rows of a long batch at or past `step` (None when none are)."""
+    import pyarrow as pa
+
+    kept = batch.filter(pa.array(batch.column("step").to_numpy() >= step))
+    return kept if kept.num_rows else None
 
 
 def _rewritten(con, item: Listed, remote_ts: float | None) -> bool:
@@ -490,7 +520,8 @@ class _Turns:
 class _Hold:
     """The store held open across commits (each then opens in a fraction of a millisecond, where a
     first open costs ~35 ms and a last close a checkpoint), for HOLD_S at most; then released for
-    GAP_S, during which commits open the file themselves, so another process gets its turn."""
+    GAP_S, during which commits open the file themselves, so another process gets its turn. It is
+    released too before the writer waits on the network (a slow page or batch), never held idle."""
 
     GAP_S = 0.5
 
