@@ -181,20 +181,6 @@ async def _measure(db: Path, t_process: float, keys: int, idle_s: float) -> dict
     return out
 
 
-def previous_tree(base: str, dest: Path) -> Path:
-    """The previous release's `marinctl/` package (git archive of BASE), for the side-by-side runs."""
-    import subprocess
-
-    root = Path(__file__).resolve().parent.parent
-    if base == "auto":
-        base = subprocess.run(["git", "merge-base", "HEAD", "main"], cwd=root, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    dest.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(["git", "archive", base, "marinctl"], cwd=root, capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    return dest
-
-
 def run_child(tree: Path, db: Path, keys: int, idle_s: float) -> dict:
     import os
     import subprocess
@@ -279,6 +265,8 @@ def main() -> None:
 
     import tempfile
 
+    from harness import previous_tree   # noqa: PLC0415 (bench/ is the script's own folder)
+
     root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory() as tmp:
         prev = previous_tree(args.base, Path(tmp))
@@ -317,7 +305,7 @@ def terminal_runs(trees: dict[str, Path], db: Path, tmp: Path, rounds: int) -> d
     import subprocess
     import sys
 
-    from bench_watch_terminal import Screens     # noqa: PLC0415 (it imports this module at its top)
+    from bench_watch_terminal import Screens     # noqa: PLC0415 (tmux, needed by this measure alone)
 
     if not shutil.which("tmux"):
         raise SystemExit("the terminal figures need tmux")

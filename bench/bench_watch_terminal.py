@@ -37,8 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_watch import previous_tree  # noqa: E402  (the previous release's marinctl/, git archive)
-from harness import ROOT, tree_rss_mib  # noqa: E402
+from harness import ROOT, previous_tree, tree_rss_mib  # noqa: E402
 
 BRAILLE = re.compile("[\u2801-\u28ff]")
 

@@ -188,3 +188,15 @@ def median_of(fn, repeat: int) -> tuple[float, list[float]]:
 def python() -> str:
     """The interpreter of this venv (benchmarks run their children under it)."""
     return sys.executable
+
+
+def previous_tree(base: str, dest: Path) -> Path:
+    """The previous release's `marinctl/` package (git archive of BASE), for the side-by-side runs."""
+    root = ROOT
+    if base == "auto":
+        base = subprocess.run(["git", "merge-base", "HEAD", "main"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "archive", base, "marinctl"], cwd=root, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest

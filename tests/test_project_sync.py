@@ -20,11 +20,14 @@ import signal
 import subprocess
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 
-from tests.blackbox import cli_json, env_with, export_rows, marinctl_proc, run_cli, start_wandb, wait_until
+from tests.blackbox import (cli_json, env_with, export_rows, marinctl_proc, marinctl_run, run_cli, start_wandb,
+                            wait_until)
 from tests.fakes.sweep import ENTITY, short_runs
+from tests.fakes.wandb_history import system_events
 
 P = "project-synthetic"
 KEYS = ("train/loss", "optim/learning_rate", "grad/norm/total", "eval/paloma/macro_loss", "throughput/total_tokens")
@@ -100,6 +103,95 @@ def test_only_moved_runs_are_asked_again(cli, project):
     assert {r["run"]: r["rows_added"] for r in report["runs"]}[live.run_id] > 0
     assert _exported(cli, live.run_id) == _truth(live)
     assert [r["run"] for r in cli_json(cli, "runs", "--where", "tag:relabelled", "--json")] == [finished.run_id]
+
+
+def _system_truth(run) -> list[tuple[str, float, float]]:
+    """The system samples the fake serves for `run` (W&B's `events`, 500 samples), as stored rows."""
+    rows = [json.loads(r) for r in system_events(run, 500)]
+    return sorted((k, float(r["_timestamp"]), float(v)) for r in rows for k, v in r.items() if k.startswith("system."))
+
+
+def _system_stored(cli, run_id: str) -> list[tuple[str, float, float]]:
+    got = cli_json(cli, "sql", "SELECT k.key, s.time, s.value FROM system_samples s JOIN system_keys k USING (key_id)"
+                   f" JOIN runs r USING (run_pk) WHERE r.run_id = '{run_id}'", "--json")
+    return sorted((g["key"], float(g["time"]), float(g["value"])) for g in got)
+
+
+def test_system_metrics_come_with_a_small_projects_batched_history(cli, monkeypatch):
+    """A small project's runs (the hero lineage and ladder are a handful) carry the system charts a
+    run synced alone does, in the same requests; a run whose history is here but whose set moved (a
+    heartbeat) asks for the set alone, once."""
+    runs = short_runs(10, project=P, steps=30, keys=KEYS) + short_runs(2, project=P, steps=30, keys=KEYS,
+                                                                   state="running", prefix="live")
+    server = start_wandb(runs)
+    monkeypatch.setenv("WANDB_BASE_URL", server.url)
+    try:
+        report = cli_json(cli, "sync", f"{ENTITY}/{P}", "--json")
+        assert len(report["runs"]) == len(runs)
+        for run in runs:
+            truth = _system_truth(run)
+            assert truth, run.run_id                     # the fake serves samples for every run
+            assert _system_stored(cli, run.run_id) == truth, run.run_id
+        assert "RunSystemEvents" not in [op for op, _ in server.requests]   # no request per run
+        finished = runs[3]
+        finished.heartbeat_at = finished.heartbeat_at + timedelta(minutes=5)   # moved: W&B may hold new samples
+        before = len(server.requests)
+        run_cli(cli, "sync", f"{ENTITY}/{P}")
+        fetched = _history_requests(server, before)
+        assert {v[k] for _, v in fetched for k in v if k.startswith("n")} == {finished.run_id}
+        assert [v[k] for _, v in fetched for k in v if k[0] == "e" and k[1:].isdigit()] == [500]
+        assert _system_stored(cli, finished.run_id) == _system_truth(finished)
+        before = len(server.requests)
+        run_cli(cli, "sync", f"{ENTITY}/{P}")
+        assert _history_requests(server, before) == []   # fetched for this heartbeat: not asked again
+    finally:
+        server.stop()
+
+
+def test_a_sweep_leaves_system_metrics_to_each_runs_own_sync_and_says_so(cli, project):
+    server, runs = project
+    code, _, err = cli("sync", f"{ENTITY}/{P}")
+    assert code == 0, err
+    assert f"system metrics (GPU, CPU, memory) left for {len(runs)} runs of {ENTITY}/{P}" in err
+    assert _system_stored(cli, runs[5].run_id) == []
+    run_cli(cli, "sync", f"{ENTITY}/{P}/{runs[5].run_id}")    # the run's own sync brings them
+    assert _system_stored(cli, runs[5].run_id) == _system_truth(runs[5])
+
+
+def test_a_run_synced_by_another_process_meanwhile_is_not_written_twice(cli, monkeypatch):
+    """`sync E/P/RUN` (or a watch keeping RUN in sync) lands the run while a project sync of E/P has
+    its batch in flight: the project writes none of those steps again, and a run whose lock another
+    process holds is left to it."""
+    runs = short_runs(3, project=P, steps=30, keys=KEYS, state="running", prefix="live")
+    alone = runs[1]
+    done: list[subprocess.CompletedProcess] = []
+
+    def meanwhile(op: str, n: int) -> None:
+        if op == "RunsHistoryBatch" and n == 0:   # the project's batch is asked: another process syncs one run
+            done.append(marinctl_run(["sync", f"{ENTITY}/{P}/{alone.run_id}"], env=env_with(WANDB_BASE_URL=server.url)))
+
+    server = start_wandb(runs, on_request=meanwhile)
+    monkeypatch.setenv("WANDB_BASE_URL", server.url)
+    try:
+        run_cli(cli, "sync", f"{ENTITY}/{P}")
+        assert done and done[0].returncode == 0, done[0].stderr if done else "the other sync never ran"
+        dupes = cli_json(cli, "sql", "SELECT run_pk, key_id, step FROM metrics GROUP BY ALL HAVING count(*) > 1", "--json")
+        assert dupes == []
+        for run in runs:
+            assert _exported(cli, run.run_id) == _truth(run), run.run_id
+        for run in runs:                                      # 15 more steps, while one run's lock is held
+            run.extend(45)
+        from marinctl import paths
+        from marinctl.store.synclock import acquire
+
+        with acquire(paths.db_path(), f"{ENTITY}/{P}/{alone.run_id}", owner="a SYNTHETIC follower"):
+            run_cli(cli, "sync", f"{ENTITY}/{P}")
+            assert _exported(cli, alone.run_id) != _truth(alone)      # left to the lock's holder
+            assert _exported(cli, runs[0].run_id) == _truth(runs[0])
+        run_cli(cli, "sync", f"{ENTITY}/{P}")
+        assert _exported(cli, alone.run_id) == _truth(alone)
+    finally:
+        server.stop()
 
 
 def test_where_fetches_only_the_matching_runs(cli, project):

@@ -21,7 +21,7 @@ import numpy as np
 
 SEPARATION_SIGMAS = 3.0     # a gap this many noise sigmas wide, SEPARATION_RUN times running, is not noise
 SEPARATION_RUN = 5          # ... for this many aligned points in a row
-TOKEN_KEYS = ("throughput/total_tokens",)   # Levanter's cumulative tokens (marin.md §3.1 source: levanter _metrics.py)
+TOKEN_KEYS = ("throughput/total_tokens",)   # Levanter's cumulative tokens (Levanter: lib/levanter/src/levanter/callbacks/_metrics.py)
 MISSING = object()
 
 

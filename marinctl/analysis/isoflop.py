@@ -10,13 +10,13 @@ The method is Marin's (Chinchilla's "approach 2"):
 - each run contributes its tokens (its last `throughput/total_tokens`), its parameters (summary
   `parameter_count`, as `transform_metrics_for_isoflop` reads them) and its final loss (the last
   logged value of the metric: the last eval);
-- per budget (three runs at least, as summary.py requires) a parabola of loss against log10(tokens)
-  (`np.polyfit(logT, y, 2)` in summary.py); its vertex −b/2a is the budget's optimal tokens T*
+- per budget (three runs at least, as Marin's summary script requires) a parabola of loss against log10(tokens)
+  (`np.polyfit(logT, y, 2)` in that script); its vertex −b/2a is the budget's optimal tokens T*
   (`fit_scaling_laws`), its value there the optimal loss. A vertex outside the runs' token range is
   an extrapolation: the budget's runs do not bracket its optimum, and it is named and kept out of the
-  fits below (summary.py clips it to the range instead, which hides the same problem);
+  fits below (the summary script clips it to the range instead, which hides the same problem);
 - N* at T*: log10(params) is linear in log10(tokens) within a budget (N ∝ C/T), so it is read off
-  the least-squares line through the budget's runs (isoflop_analysis.py takes the nearest run's);
+  the least-squares line through the budget's runs (Marin's `isoflop_analysis` module takes the nearest run's);
 - T*(C) = coef·C^exponent and N*(C) likewise, by a line in log10–log10 (`fit_scaling_laws`), with
   standard errors; L(C) = L∞ + A·C^−α through the optima (analysis/ladder.py's fit, `--pin L∞` as
   Marin pins 1.6: experiments/grug/moe/README.md, issue #4447).
@@ -39,7 +39,7 @@ DEFAULT_METRIC = "eval/paloma/macro_loss"
 DEFAULT_PREDICT = (1e21, 1e23)          # where Marin's v16 README projects (experiments/grug/moe/README.md)
 TOKENS_KEY = "throughput/total_tokens"  # Levanter's cumulative tokens (levanter callbacks/_metrics.py)
 GFLOPS_KEY = "throughput/total_gflops"
-PARAMS_KEY = "parameter_count"          # the summary key isoflop_analysis.py reads
+PARAMS_KEY = "parameter_count"          # the summary key Marin's isoflop analysis reads
 BUDGET_KEYS = ("flops_budget", "budget", "compute_budget", "isoflop.budget", "trainer.flops_budget")
 MIN_RUNS = 3
 _BUDGET_IN_NAME = re.compile(r"(?:^|-)isoflop-(?:[A-Za-z][\w.]*-)*?(\d+(?:\.\d+)?e[+-]?\d+)(?=-|$)", re.I)
@@ -147,7 +147,7 @@ def budget_of(run: dict[str, Any]) -> tuple[float, str] | None:
 
 def round_to_bucket(flops: float) -> float:
     """FLOPs to one significant figure (1.05e19 → 1e19, 2.8e19 → 3e19): runs aimed at one budget
-    land on it (isoflop_analysis.py `round_flops_to_bucket`)."""
+    land on it (Marin's `round_flops_to_bucket`)."""
     exponent = math.floor(math.log10(flops))
     mantissa = round(flops / 10 ** exponent)
     return float(10 ** (exponent + 1)) if mantissa == 10 else float(mantissa * 10 ** exponent)

@@ -87,8 +87,8 @@ def sync(
             alerting.close()
 
 
-def _poll(store, targets, plans, *, follow: bool, interval: float, json_out: bool, alerting,
-          select=None, detect: bool = False) -> None:
+def _poll(store, targets, plans, *, follow: bool, interval: float, json_out: bool, alerting, select=None,
+          detect: bool = False) -> None:
     """One sync, or with --follow one every `interval` seconds until Ctrl-C (each followed by an alert pass)."""
     from marinctl.cli.boundary import is_interrupt
     from marinctl.sources import http

@@ -346,22 +346,9 @@ class WandbClient:
                       samples: int = SYSTEM_SAMPLES) -> list[tuple[float, str, float]]:
         """The run's system metrics (`events`: W&B's sampled stream, keys `system.*`) as
         (unix time, key, value) samples; rows without `_timestamp` and non-numbers are dropped."""
-        from marinctl.sources.wandb_rows import as_float
-
         data = self.graphql(EVENTS_QUERY, {"entity": entity, "project": project, "name": run_id,
                                            "samples": int(samples)})
-        run = _run_node(data, entity, project, run_id)
-        out = []
-        for raw in run.get("events") or []:
-            row = loads(raw) if isinstance(raw, str) else raw
-            t = as_float(row.get("_timestamp")) if isinstance(row, dict) else None
-            if t is None:
-                continue
-            for key, value in row.items():
-                v = as_float(value) if key.startswith("system.") else None
-                if v is not None:
-                    out.append((t, key, v))
-        return out
+        return system_samples(_run_node(data, entity, project, run_id).get("events") or [])
 
     def parquet_history(self, entity: str, project: str, run_id: str) -> ParquetHistory:
         data = self.graphql(PARQUET_QUERY, {
@@ -492,3 +479,21 @@ def parse_run(node: dict[str, Any], entity: str, project: str) -> RunInfo:
         updated_at=_time(node.get("updatedAt")),
         listing_digest=listing_digest(node),
     )
+
+
+def system_samples(events: list) -> list[tuple[float, str, float]]:
+    """W&B's `events` rows (JSON text each) as (unix time, `system.` key, value) samples; rows
+    without `_timestamp` and values that are not numbers are dropped."""
+    from marinctl.sources.wandb_rows import as_float
+
+    out = []
+    for raw in events:
+        row = loads(raw) if isinstance(raw, str) else raw
+        t = as_float(row.get("_timestamp")) if isinstance(row, dict) else None
+        if t is None:
+            continue
+        for key, value in row.items():
+            v = as_float(value) if key.startswith("system.") else None
+            if v is not None:
+                out.append((t, key, v))
+    return out

@@ -3,8 +3,10 @@
 A project's short runs cost one round trip each when asked one at a time (the SDK's
 `scan_history` asks three or four). GraphQL aliases let one request carry many `run(name:)`
 selections — the same `history(minStep, maxStep, samples)` field `HistoryPage` asks for
-(wandb.md §4.2), so the rows are the same rows — and, for a run already mirrored, its
-`_timestamp` at the last stored step through `sampledHistory` (how a rewrite shows: §3).
+(wandb-core's `query_runhistory_backend.graphql`), so the rows are the same rows — and, for a run already mirrored, its
+`_timestamp` at the last stored step through `sampledHistory` (how a rewrite shows: §3), and
+where the run's system metrics moved, its `events` (the sampled stream a one-run sync asks for
+alone), so a project's runs carry the same system charts as a run synced by itself.
 Each window is decoded into a long Arrow batch here, in the fetching thread.
 """
 
@@ -14,7 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from marinctl.sources.wandb import loads
+from marinctl.sources.wandb import SYSTEM_SAMPLES, loads, system_samples
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -30,6 +32,7 @@ class Window:
     lo: int
     hi: int
     check_step: int | None = None
+    events: bool = False      # also the run's system metrics (W&B's sampled `events` stream)
 
 
 @dataclass
@@ -40,6 +43,7 @@ class Got:
     batch: pa.Table | None
     check_ts: float | None = None
     missing: bool = False     # W&B no longer has the run (deleted since it was listed)
+    system: list[tuple[float, str, float]] | None = None   # (time, key, value) samples, when asked
 
 
 def query_for(windows: list[Window]) -> tuple[str, dict]:
@@ -56,6 +60,10 @@ def query_for(windows: list[Window]) -> tuple[str, dict]:
                     "samples": 2}
             variables[f"t{i}"] = [json.dumps(spec)]
             inner += f" sampledHistory(specs: $t{i})"
+        if w.events:
+            params.append(f"$e{i}: Int!")
+            variables[f"e{i}"] = SYSTEM_SAMPLES
+            inner += f" events(samples: $e{i})"
         fields.append(f"w{i}: run(name: $n{i}) {{ {inner} }}")
     text = (f"query RunsHistoryBatch({', '.join(params)}) {{\n"
             f"  project(name: $project, entityName: $entity) {{\n    " + "\n    ".join(fields) + "\n  }\n}\n")
@@ -91,7 +99,8 @@ def decode(proj: dict, windows: list[Window]) -> list[Got]:
             out.append(Got(None, None, missing=True))
             continue
         rows = [r for r in _rows(node.get("history") or []) if isinstance(r, dict)]
-        out.append(Got(batch_from_rows(r for r in rows if w.lo <= _step(r) < w.hi), _timestamp_at(node, w.check_step)))
+        out.append(Got(batch_from_rows(r for r in rows if w.lo <= _step(r) < w.hi), _timestamp_at(node, w.check_step),
+                       system=system_samples(node.get("events") or []) if w.events else None))
     return out
 
 

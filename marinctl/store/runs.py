@@ -264,15 +264,18 @@ def find_rung_runs(con: Connection, rung: str) -> list[dict[str, Any]]:
 def listed_facts(con: Connection, uids: list[str]) -> dict[str, dict[str, Any]]:
     """What a project sync needs to tell, from W&B's listing alone, whether each run moved — for
     many runs in one read: the listing digest and remote state last stored, the last stored step,
-    the history watermark (next step to fetch) and how far detection has scored. Unknown runs are absent."""
+    the history watermark (next step to fetch), how far detection has scored and what the stored
+    system metrics were fetched for. Unknown runs are absent."""
     if not uids:
         return {}
     cur = con.execute(
         "SELECT r.uid, r.run_pk, r.state, r.heartbeat_at, r.remote_last_step, r.history_line_count,"
-        " r.listing_digest, r.last_step, h.position AS mark, d.position AS scored_to"
+        " r.listing_digest, r.last_step, h.position AS mark, d.position AS scored_to,"
+        " f.fetched_for AS system_for"
         " FROM runs r"
         " LEFT JOIN sync_state h ON h.scope = 'history' AND h.name = r.uid"
         " LEFT JOIN sync_state d ON d.scope = 'detect' AND d.name = r.uid"
+        " LEFT JOIN system_fetches f ON f.run_pk = r.run_pk"
         " WHERE r.uid IN (SELECT unnest(?::VARCHAR[]))", [list(uids)])
     cols = [d[0] for d in cur.description]
     return {row[0]: dict(zip(cols, row)) for row in cur.fetchall()}

@@ -51,6 +51,22 @@ def acquire(db_path: Path, target: str, owner: str = "sync") -> Iterator[None]:
 
 
 @contextmanager
+def held(db_path: Path, targets: list[str], owner: str = "sync") -> Iterator[set[str]]:
+    """The locks of `targets` this process can take now, held for the block: a project sync writes a
+    run only while it holds the run's own lock, so a `sync E/P/RUN` or a `watch` keeping that run
+    in sync is never interleaved with it (the run is skipped this pass, not waited for)."""
+    with ExitStack() as stack:
+        mine = set()
+        for target in sorted(set(targets)):
+            try:
+                stack.enter_context(acquire(db_path, target, owner))
+            except RuntimeFailure:
+                continue
+            mine.add(target)
+        yield mine
+
+
+@contextmanager
 def acquire_all(db_path: Path, targets: list[str], owner: str = "sync") -> Iterator[None]:
     with ExitStack() as stack:
         for target in sorted(set(targets)):

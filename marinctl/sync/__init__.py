@@ -73,6 +73,9 @@ def sync_targets(store: Store, targets: list[str], *, progress: Progress | None 
                 report["detection_deferred"] = report.get("detection_deferred", 0) + len(done.deferred)
                 note(f"anomaly detection left for {len(done.deferred)} runs of {plan.entity}/{plan.project} "
                      f"(each is scored when synced alone or watched; `marinctl sync {plan.raw} --detect` scores all now)")
+            if done.system_left:
+                note(f"system metrics (GPU, CPU, memory) left for {done.system_left} runs of {plan.entity}/{plan.project}: "
+                     f"each gets them when synced alone (`marinctl sync {plan.entity}/{plan.project}/RUN_ID`) or watched")
             continue
         if plan.kind == "wandb":   # each source's module loads when a plan needs it (a local sync: no HTTP client)
             from marinctl.sync import wandb

@@ -23,9 +23,12 @@ planned: each in ONE transaction with every run's watermark, so a sync killed at
 resumes with nothing lost or doubled. The store is held open across back-to-back commits, at most
 HOLD_S at a time, so another process can still read it.
 
-What a project sync leaves to a run's own sync (`sync E/P/RUN`, `watch RUN`): system metrics (a
-sampled stream, not history) for short runs, and anomaly detection when more than DETECT_INLINE
-runs need scoring (~70 ms each: a sweep of thousands would spend minutes on it); `--detect` scores
+In a project of at most INLINE runs (the hero lineage and ladder of `marin`, a handful of runs), a
+run's system metrics (W&B's sampled `events` stream) come in the same aliased request as its
+history, when the run moved since its stored set was fetched — a run whose history is complete but
+whose set moved asks for the set alone. A sweep's runs leave them to their own sync (`sync
+E/P/RUN`, `watch RUN`): 500 samples of a dozen keys each outweigh a short run's whole history
+(bench/NOTES.md). Anomaly detection is left the same way when more than INLINE runs need scoring (~70 ms each: a sweep of thousands would spend minutes on it); `--detect` scores
 them all now.
 """
 
@@ -45,15 +48,15 @@ from marinctl.domain import Progress, RunInfo
 from marinctl.errors import UserError
 from marinctl.sources import wandb_batch
 from marinctl.sources.wandb import WandbClient
-from marinctl.store import Store, metrics, runs, state
+from marinctl.store import Store, metrics, runs, state, synclock, system
 from marinctl.sync import wandb as one_run
-from marinctl.sync.targets import Plan
+from marinctl.sync.targets import Plan, run_lock_key
 
 WINDOW_STEPS = 1000         # steps per history window (the SDK's HistoryPage size)
 BATCH_VALUES = 250_000      # history values asked for in one aliased request (estimated)
 BATCH_RUNS = 48             # runs in one aliased request at most
 COMMIT_RUNS = 200           # runs whose fetched history one commit may gather (units already here)
-DETECT_INLINE = 32          # runs a project sync scores for anomalies itself
+INLINE = 32                 # runs a project sync scores, and fetches system metrics for, itself
 HOLD_S = 2.0                # longest the store is held open across back-to-back commits
 
 Tally = Callable[[int, int, int], None]   # (runs done, runs listed so far or the server's count, rows added)
@@ -67,6 +70,13 @@ class Listed:
     facts: dict[str, Any] | None
     start: int = 0                  # first step to fetch
     check_step: int | None = None   # the last stored step, checked for a rewrite
+    history: bool = True            # new history to fetch (False: only the system metrics)
+    with_system: bool = True        # a small project: its system metrics come with its history
+
+    @property
+    def system_stale(self) -> bool:
+        """W&B may hold system samples the store does not: the run moved since its set was fetched."""
+        return self.with_system and (self.facts is None or self.facts.get("system_for") != one_run.system_seen(self.info))
 
     @property
     def uid(self) -> str:
@@ -88,7 +98,8 @@ class Unit:
 class ProjectResult:
     results: list[one_run.RunSyncResult] = field(default_factory=list)
     to_score: list[str] = field(default_factory=list)      # uids whose stored history detection has not scored
-    deferred: list[str] = field(default_factory=list)      # of those, left for later (more than DETECT_INLINE)
+    deferred: list[str] = field(default_factory=list)      # of those, left for later (more than INLINE)
+    system_left: int = 0                                   # runs whose system metrics were left to their own sync
 
 
 def sync_project(store: Store, client: WandbClient, plan: Plan, *, progress: Progress | None = None,
@@ -106,11 +117,14 @@ def sync_project(store: Store, client: WandbClient, plan: Plan, *, progress: Pro
             tally(counts["done"], max(counts["total"], counts["done"]), counts["rows"])
 
     def plan_units() -> Iterator[Unit]:
+        small = None
         pages = _Ahead(client.list_pages(plan.entity, plan.project, filters=plan.filters or None))
         hold.touch()   # the store opened (created, migrated) while the first page is on its way
         while True:
             while not pages.ready() and not may_wait[0]:
                 yield None   # the next page is not here yet and there is writing to do: come back later
+            if counts["listed"] and not pages.ready():
+                hold.release()   # waiting on the network: another process may write meanwhile
             got = next(pages, None)
             if got is None:
                 break
@@ -118,19 +132,26 @@ def sync_project(store: Store, client: WandbClient, plan: Plan, *, progress: Pro
             kept = [r for r in page if select is None or select(r)]
             counts["listed"] += len(kept)
             counts["total"] = counts["listed"] if select is not None else max(server_count or 0, counts["listed"])
+            if small is None:   # decided on the first page: the project's size, as W&B counts it
+                small = (counts["listed"] if select is not None or not server_count else server_count) <= INLINE
             hold.touch()   # the store open once for the reads and the commits that follow
             with store.connect() as con:
                 facts = runs.listed_facts(con, [r.uid for r in kept])
             meta: list[Listed] = []
             packer = _Packer()
             for info in kept:
-                item = Listed(info, facts.get(info.uid))
+                item = Listed(info, facts.get(info.uid), with_system=small)
+                if not small and (item.facts is None or item.facts.get("system_for") is None):
+                    out.system_left += 1
                 kind = _classify(item)
                 if item.facts is not None and _lags(item.facts):
                     lagging.append(item.uid)
                 if kind == "same":
                     out.results.append(_unchanged(item))
                     counts["done"] += 1
+                elif kind == "meta" and item.system_stale:
+                    item.history = False     # its history is here: the request asks for its system set alone
+                    yield from packer.add(item)
                 elif kind == "meta":
                     meta.append(item)
                 elif kind == "fork":
@@ -193,9 +214,11 @@ def sync_project(store: Store, client: WandbClient, plan: Plan, *, progress: Pro
             if unit.kind == "serial":
                 hold.release()   # the one-run path opens the store per unit of its own work
                 for item in unit.runs:
-                    out.results.append(one_run.sync_run(store, client, item.info, progress=progress))
+                    _sync_alone(store, client, item, out, progress)
             else:
                 # the units after this one that are already here join its commit (one commit, not several)
+                if unit.future is not None and not unit.future.done():
+                    hold.release()   # waiting on the network: another process may write meanwhile
                 items, got = list(unit.runs), _answers(unit)
                 while pending and pending[0].kind != "serial" and (pending[0].future is None or pending[0].future.done()) \
                         and len(items) < COMMIT_RUNS:
@@ -210,7 +233,7 @@ def sync_project(store: Store, client: WandbClient, plan: Plan, *, progress: Pro
                 counts["done"] += len(items) - len(unit.runs)
                 for item in redo:   # W&B rewrote history under a stored run: the one-run path walks it back
                     hold.release()
-                    out.results.append(one_run.sync_run(store, client, item.info, progress=progress))
+                    _sync_alone(store, client, item, out, progress)
             counts["done"] += len(unit.runs)
             tell()
             fill()
@@ -219,9 +242,21 @@ def sync_project(store: Store, client: WandbClient, plan: Plan, *, progress: Pro
         hold.release()
     scored = {r.uid for r in out.results if r.rows_added or r.rewound_from is not None}
     out.to_score = list(dict.fromkeys([r.uid for r in out.results if r.uid in scored] + lagging))
-    if len(out.to_score) > DETECT_INLINE and not detect_all:
+    if len(out.to_score) > INLINE and not detect_all:
         out.deferred, out.to_score = out.to_score, []
     return out
+
+
+def _sync_alone(store: Store, client: WandbClient, item: Listed, out: ProjectResult, progress: Progress | None) -> None:
+    """The one-run path for one listed run, under the run's own lock (skipped when another process
+    holds it: that process is bringing the run up to date)."""
+    with synclock.held(store.path, [_lock(item)], owner="sync (project)") as mine:
+        if mine:
+            out.results.append(one_run.sync_run(store, client, item.info, progress=progress))
+
+
+def _lock(item: Listed) -> str:
+    return run_lock_key(item.info.entity, item.info.project, item.info.run_id)
 
 
 def _preload() -> None:
@@ -286,7 +321,7 @@ def _batch_values() -> int:
 def _values(item: Listed) -> int:
     """An upper estimate of the values a run's new steps hold: steps × the keys its summary lists."""
     run = item.info
-    if run.remote_last_step is None:
+    if run.remote_last_step is None or not item.history:
         return 0
     keys = sum(1 for k in run.summary if not k.startswith("_")) + 3
     return max(run.remote_last_step + 1 - item.start, 0) * keys
@@ -294,19 +329,26 @@ def _values(item: Listed) -> int:
 
 def _windows(item: Listed) -> list[wandb_batch.Window]:
     """The run's new steps in windows of WINDOW_STEPS (one empty window when there are none, to
-    check the last stored step); the first window carries the check."""
+    check the last stored step); the first window carries the check and, when they moved, asks for
+    the run's system metrics."""
+    events = item.system_stale
+    if not item.history:
+        return [wandb_batch.Window(item.info.run_id, 0, 0, None, events=events)]
     end = item.info.remote_last_step + 1
     out, lo = [], item.start
     while True:
         hi = min(lo + WINDOW_STEPS, end) if lo < end else lo
-        out.append(wandb_batch.Window(item.info.run_id, lo, hi, None if out else item.check_step))
+        first = not out
+        out.append(wandb_batch.Window(item.info.run_id, lo, hi, item.check_step if first else None,
+                                      events=events and first))
         if hi >= end:
             return out
         lo = hi
 
 
 def _per_run(items: list[Listed], windows: list[wandb_batch.Window], got: list[wandb_batch.Got]) -> list:
-    """The windows' answers gathered per run: (one long batch, the checked `_timestamp`)."""
+    """The windows' answers gathered per run: (one long batch, the checked `_timestamp`, the system
+    samples or None when not asked)."""
     import pyarrow as pa
 
     by_run: dict[str, list[wandb_batch.Got]] = {}
@@ -320,7 +362,7 @@ def _per_run(items: list[Listed], windows: list[wandb_batch.Window], got: list[w
             continue
         batches = [g.batch for g in parts if g.batch is not None and g.batch.num_rows]
         batch = pa.concat_tables(batches) if len(batches) > 1 else (batches[0] if batches else None)
-        out.append((batch, parts[0].check_ts if parts else None))
+        out.append((batch, parts[0].check_ts if parts else None, parts[0].system if parts else None))
     return out
 
 
@@ -351,26 +393,37 @@ class _Packer:
 
 def _commit(store: Store, items: list[Listed], got: list) -> tuple[list[one_run.RunSyncResult], list[Listed]]:
     """One unit in ONE transaction: metadata, history and watermarks of every run in it. `got`:
-    per run, (its new rows as one batch or None, the checked `_timestamp`), or None where nothing
-    was fetched (metadata only). Returns the results, and the runs whose last stored step W&B now
+    per run, (its new rows as one batch or None, the checked `_timestamp`, its system samples or
+    None), or None where nothing was fetched (metadata only). Returns the results, and the runs whose last stored step W&B now
     serves otherwise (a rewrite: nothing of them is written here; the one-run path walks it back)."""
     results, redo = [], []
-    with store.transaction() as con:
+    with synclock.held(store.path, [_lock(item) for item in items], owner="sync (project)") as mine, \
+            store.transaction() as con:
         keep: list[tuple[Listed, Any, bool]] = []
+        sampled: list[tuple[Listed, list]] = []
+        now = runs.listed_facts(con, [item.uid for item in items])   # another process may have synced since planning
         for item, fetched in zip(items, got):
-            if fetched is GONE:   # deleted since listed: nothing of it is written; the next listing will say
-                continue
-            batch, check_ts = fetched if fetched is not None else (None, None)
+            if fetched is GONE or _lock(item) not in mine:   # deleted since listed, or another process
+                continue                                    # syncs it now: nothing of it is written here
+            batch, check_ts, samples = fetched if fetched is not None else (None, None, None)
+            mark = (now.get(item.uid) or {}).get("mark")
+            if batch is not None and mark is not None and mark > item.start:
+                batch = _from_step(batch, mark)              # what landed meanwhile is not written twice
             if fetched is not None and item.check_step is not None and _rewritten(con, item, check_ts):
                 redo.append(item)
                 continue
             keep.append((item, batch, fetched is not None))
+            if samples is not None:
+                sampled.append((item, samples))
         pks = runs.upsert_runs(con, [item.info for item, _, _ in keep])
         with_rows = [(pks[item.uid], batch) for item, batch, _ in keep if batch is not None]
         metrics.append_runs(con, with_rows)
         runs.raise_last_steps(con, {pk: max_step(batch) for pk, batch in with_rows})
-        state.set_history_marks(con, {item.uid: item.info.remote_last_step + 1 for item, _, fetched in keep
-                                      if fetched and item.info.remote_last_step is not None})
+        state.set_history_marks(con, {
+            item.uid: max(item.info.remote_last_step + 1, (now.get(item.uid) or {}).get("mark") or 0)
+            for item, _, fetched in keep if fetched and item.history and item.info.remote_last_step is not None})
+        for item, samples in sampled:
+            system.replace_samples(con, pks[item.uid], samples, one_run.system_seen(item.info))
         for item, batch, _ in keep:
             stored_last = item.facts["last_step"] if item.facts else None
             if batch is None:
@@ -382,6 +435,14 @@ def _commit(store: Store, items: list[Listed], got: list) -> tuple[list[one_run.
             results.append(one_run.RunSyncResult(item.info.run_id, item.uid, batch.num_rows if batch is not None else 0,
                                                  first, last))
     return results, redo
+
+
+def _from_step(batch, step: int):
+    """The rows of a long batch at or past `step` (None when none are)."""
+    import pyarrow as pa
+
+    kept = batch.filter(pa.array(batch.column("step").to_numpy() >= step))
+    return kept if kept.num_rows else None
 
 
 def _rewritten(con, item: Listed, remote_ts: float | None) -> bool:
@@ -459,7 +520,8 @@ class _Turns:
 class _Hold:
     """The store held open across commits (each then opens in a fraction of a millisecond, where a
     first open costs ~35 ms and a last close a checkpoint), for HOLD_S at most; then released for
-    GAP_S, during which commits open the file themselves, so another process gets its turn."""
+    GAP_S, during which commits open the file themselves, so another process gets its turn. It is
+    released too before the writer waits on the network (a slow page or batch), never held idle."""
 
     GAP_S = 0.5
 

@@ -125,11 +125,16 @@ def lock_key(plan: Plan) -> str:
     so one run named three ways (E/P/R, its URL, its bare id) is one lock."""
     if plan.kind == "wandb":
         if plan.run_id:
-            return f"{plan.entity}/{plan.project}/{plan.run_id}"
+            return run_lock_key(plan.entity, plan.project, plan.run_id)
         return plan.raw if plan.filters else f"{plan.entity}/{plan.project}"
     if plan.kind == "local" and plan.path is not None:
         return str(plan.path.expanduser().resolve())
     return plan.raw
+
+
+def run_lock_key(entity: str, project: str, run_id: str) -> str:
+    """One W&B run's lock, whichever target syncs it (the run itself, or its project)."""
+    return f"{entity}/{project}/{run_id}"
 
 
 def local_targets(targets: list[str]) -> list[str]:

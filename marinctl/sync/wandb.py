@@ -179,10 +179,16 @@ def _sync_history(store: Store, client: WandbClient, run: RunInfo, *, progress: 
     return result
 
 
+def system_seen(run: RunInfo) -> str:
+    """What a stored system set was fetched for: the run's state, heartbeat and last step (W&B
+    adds samples only while those move)."""
+    return f"{run.state}|{run.heartbeat_at.isoformat() if run.heartbeat_at else ''}|{run.remote_last_step}"
+
+
 def _sync_system(store: Store, client: WandbClient, run: RunInfo) -> None:
     """The run's system metrics, W&B's latest sample set replacing the stored one — fetched only
     when the run moved (state, heartbeat, last step) since the stored set was fetched."""
-    seen = f"{run.state}|{run.heartbeat_at.isoformat() if run.heartbeat_at else ''}|{run.remote_last_step}"
+    seen = system_seen(run)
     with store.connect() as con:
         run_pk = runs.pk_of(con, run.uid)
         if run_pk is None or system.fetched_for(con, run_pk) == seen:
