@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 
 import pytest
@@ -81,6 +82,46 @@ async def test_an_incident_while_watching_is_one_toast_one_mark_one_post(tmp_pat
     posts = hook.accepted("/generic")
     assert len(posts) == 1, [p.body for p in posts]
     assert posts[0].body["command"] == said[0] and posts[0].body["cause_class"] == "optimizer"
+
+
+@pytest.mark.asyncio
+async def test_a_sync_follow_beside_watch_sends_nothing_twice(tmp_path, monkeypatch):
+    """`sync ENTITY/PROJECT --follow` in another process and watch on the run both follow it (their sync
+    locks differ): the incident is sent once in all, and said once on watch's screen."""
+    run = growing_run("synthetic-alerts-beside", seed=7)
+    with WandbServer([run], verbose=False) as server, WebhookReceiver() as hook:
+        monkeypatch.setenv("WANDB_BASE_URL", server.url)
+        env = {**os.environ, "MARINCTL_HOME": str(tmp_path)}
+        feed = Feed(server, run)
+        err = tmp_path / "sync-follow.err"           # a file, not a pipe: nothing reads it while both run
+        with err.open("wb") as sink:
+            other = subprocess.Popen(MARINCTL + ["--debug", "sync", f"{run.entity}/{run.project}", "--follow", "--interval", "0.5",
+                                                 "--notify", f"webhook={hook.url}/sync"], env=env, cwd=ROOT,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=sink,
+                                     start_new_session=True)
+        try:
+            app = watch_app(tmp_path / "marinctl.duckdb", run.path, f"webhook={hook.url}/watch")
+            async with run_test(app) as pilot:
+                await wait_for_text(pilot, header_step(feed.last_step), timeout=WAIT_S)
+                await wait_for_text(pilot, header_step(feed.grow(6)), timeout=WAIT_S)
+                feed.grow(10, co_spike=True)
+                try:
+                    await wait_for_text(pilot, "marinctl explain step", timeout=WAIT_S)
+                except AssertionError as exc:
+                    raise AssertionError(f"{exc}\n--- sync --follow said:\n{err.read_text()[-3000:]}") from None
+                assert hook.wait_for(lambda posts: len(posts) >= 1, WAIT_S)
+                for _ in range(2):                      # both go on following: no second POST, no second toast
+                    await wait_for_text(pilot, header_step(feed.grow(6)), timeout=WAIT_S)
+                text = await settle(pilot)
+        finally:
+            os.killpg(other.pid, signal.SIGINT)
+            try:
+                other.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(other.pid, signal.SIGKILL)
+                other.wait(timeout=10)
+    assert len(toasts(text)) == 1, text
+    assert len(hook.accepted()) == 1, [(p.path, p.body) for p in hook.posts]
 
 
 HOSTILE = "[red]boom[/red]\x1b[31m\x1b]52;c;ZXZpbA==\x07\u202eSYNTHETIC"    # no space: one word on screen
