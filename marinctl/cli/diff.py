@@ -47,41 +47,8 @@ def diff(
 
 
 def _print(doc: dict) -> None:
-    from marinctl import numbers as N
-    from marinctl.text import inert
+    import sys
 
-    a, b = inert(doc["run_a"], single_line=True), inert(doc["run_b"], single_line=True)
-    cfg = doc["config"]
-    print(f"A = {a}\nB = {b}\n")
-    n = len(cfg["changed"]) + len(cfg["only_a"]) + len(cfg["only_b"])
-    print(f"config: {len(cfg['changed'])} changed, {len(cfg['only_a'])} only in A, {len(cfg['only_b'])} only in B"
-          + ("" if n else " — identical"))
-    rows = [(k, output.fmt(_cell(va)), output.fmt(_cell(vb))) for k, (va, vb) in cfg["changed"].items()]
-    rows += [(k, output.fmt(_cell(v)), "—") for k, v in cfg["only_a"].items()]
-    rows += [(k, "—", output.fmt(_cell(v))) for k, v in cfg["only_b"].items()]
-    if rows:
-        output.print_table(["key", "A", "B"], rows)
-    unit = "step" if doc["x"] == "step" else "tokens"
-    mets = doc["metrics"]
-    apart = [m for m in mets if m["separates_at"] is not None]
-    print(f"\nmetrics aligned by {unit}: {len(apart)} of {len(mets)} separate beyond their own noise")
-    if not mets:
-        return
+    from marinctl.render.diff import diff_text
 
-    def at(v):
-        return "—" if v is None else (N.count(v) if unit == "step" else N.sig(v, 3))
-
-    output.print_table(
-        ["key", f"separates at ({unit})", "largest gap A−B", "at step", "last A", "last B"],
-        [(m["key"], at(m["separates_at"]), N.sig(m["max_gap"], 3) if m["max_gap"] is not None else "—",
-          N.count(m["max_gap_step"]) if m["max_gap_step"] is not None else "—",
-          N.sig(m["last_a"], 5) if m["last_a"] is not None else "—",
-          N.sig(m["last_b"], 5) if m["last_b"] is not None else "—") for m in mets])
-
-
-def _cell(v) -> object:
-    if isinstance(v, (dict, list)):
-        import json
-
-        return json.dumps(v, default=str)[:60]
-    return v
+    sys.stdout.write(diff_text(doc))

@@ -14,8 +14,9 @@ from typing import Any, Iterable, Sequence
 from marinctl.cli import output
 
 
-def sinks_of(specs: Sequence[str] | None, *, follow: bool) -> list:
-    """The `--notify` values as sinks (exit 2 on a bad one, or without --follow)."""
+def sinks_of(specs: Sequence[str] | None, *, follow: bool, tui: bool = False) -> list:
+    """The `--notify` values as sinks (exit 2 on a bad one, or without --follow). `tui`: for
+    `watch`, whose screen the terminal's own notification escape would garble (notify-send only)."""
     from marinctl.errors import UserError
     from marinctl.sync.sinks import desktop_available, parse
 
@@ -25,8 +26,10 @@ def sinks_of(specs: Sequence[str] | None, *, follow: bool) -> list:
         raise UserError("--notify sends the alerts a follow raises: add --follow",
                         "marinctl sync TARGET --follow --notify webhook=URL")
     sinks = [parse(s) for s in specs]
-    if any(s.kind == "desktop" for s in sinks) and not desktop_available(_terminal if sys.stderr.isatty() else None):
-        raise UserError("--notify desktop needs notify-send or a terminal to show notifications in; neither is here",
+    if any(s.kind == "desktop" for s in sinks) and not desktop_available(
+            _terminal if sys.stderr.isatty() and not tui else None):
+        raise UserError("--notify desktop needs notify-send" + (" (watch shows each alert on its own screen)" if tui else
+                        " or a terminal to show notifications in; neither is here"),
                         "use --notify webhook=URL, slack=URL, discord=URL or exec=COMMAND")
     return sinks
 

@@ -1,23 +1,22 @@
 """Printing results: tables for people, JSON for scripts, progress and notes on stderr.
 
 Only the CLI prints. Every human-facing string that came from outside passes through
-`marinctl.text.inert` here, so commands cannot forget it; numbers in table cells read
-as `marinctl.numbers.cell` writes them. JSON and CSV keep raw numbers; a non-finite value
-is spelled as W&B's own JSON exports spell it ("NaN", "Infinity", "-Infinity"), so that
-`null` / an empty CSV field keeps meaning "no value" (README, "Values and keys"); the JSON
-encoder is `marinctl/json_doc.py`, shared with the Python API.
+`marinctl.text.inert` in a table cell (render/table.py, shared with watch's panels), so
+commands cannot forget it; numbers in table cells read as `marinctl.numbers.cell` writes
+them. JSON and CSV keep raw numbers; a non-finite value is spelled as W&B's own JSON exports
+spell it ("NaN", "Infinity", "-Infinity"), so that `null` / an empty CSV field keeps meaning
+"no value" (README, "Values and keys"); the JSON encoder is `marinctl/json_doc.py`, shared
+with the Python API.
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from datetime import datetime
 from typing import Any, Iterable, Sequence
 
-from marinctl import numbers
 from marinctl.json_doc import dumps, nonfinite
-from marinctl.text import inert
+from marinctl.render.table import cell, table_lines
 
 __all__ = ["csv_cell", "dumps", "fmt", "info", "nonfinite", "print_json", "print_table"]
 
@@ -36,26 +35,11 @@ def print_json(obj: Any) -> None:
 
 def fmt(value: Any) -> str:
     """One table cell: numbers as `numbers.cell`, times to the second, anything else made inert."""
-    if value is None or isinstance(value, float):
-        return numbers.cell(value)
-    if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%d %H:%M:%S")
-    return inert(value, single_line=True)
+    return cell(value)
 
 
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, out=None) -> None:
-    out = out or sys.stdout
-    cells = [[fmt(v) for v in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in cells:
-        for i, c in enumerate(row):
-            widths[i] = min(max(widths[i], len(c)), 60)
-    def line(vals: Sequence[str]) -> str:
-        return "  ".join((v if len(v) <= 60 else v[:59] + "…").ljust(widths[i]) for i, v in enumerate(vals)).rstrip()
-    out.write(line(headers) + "\n")
-    out.write(line(["─" * w for w in widths]) + "\n")
-    for row in cells:
-        out.write(line(row) + "\n")
+    (out or sys.stdout).write("".join(line + "\n" for line in table_lines(headers, rows)))
 
 
 def info(message: str) -> None:

@@ -171,19 +171,20 @@ def _warn(message: str) -> None:
 
 
 def _follow_local(store, plans, *, json_out: bool, alerting=None) -> None:
-    """Tail local runs record by record (sync.local.follow) until Ctrl-C; about every
-    ALERT_EVERY_S, the runs that changed are scored and an alert pass runs."""
+    """Tail local runs record by record (sync.local.follow) until Ctrl-C; when one is due
+    (sync/alerts.py `LocalChanges`), the runs that changed are scored and an alert pass runs."""
     import threading
 
     from marinctl.store.synclock import acquire_all
     from marinctl.sync import lock_key
+    from marinctl.sync.alerts import LocalChanges
     from marinctl.sync.local import follow
 
     stop = threading.Event()
-    changed: set[str] = set()
+    changes = LocalChanges()
 
     def on_update(results: list[dict]) -> None:
-        changed.update(r["run"] for r in results if r.get("run"))
+        changes.add(results)
         if json_out:
             output.print_json({"runs": results, "events_added": 0})
         else:
@@ -197,36 +198,16 @@ def _follow_local(store, plans, *, json_out: bool, alerting=None) -> None:
         for t in threads:
             t.start()
         try:
-            checked = time.monotonic()
             while any(t.is_alive() for t in threads):
                 time.sleep(0.2)
-                since = time.monotonic() - checked
-                if alerting is not None and (changed and since >= ALERT_EVERY_S or since >= LIVENESS_EVERY_S):
-                    checked = time.monotonic()
-                    _local_alert_pass(store, alerting, changed)
+                if alerting is not None and changes.due():
+                    alerting.after_pass(changes.take(store), detect=True)
         except KeyboardInterrupt:
             pass
         finally:
             stop.set()
             for t in threads:
                 t.join(timeout=5)
-
-
-ALERT_EVERY_S = 1.0        # runs that changed: scored and checked for alerts at most this often
-LIVENESS_EVERY_S = 5.0     # nothing changed: stale and crashed runs checked this often
-
-
-def _local_alert_pass(store, alerting, changed: set[str]) -> None:
-    """Detection on the local runs that changed, then an alert pass over every followed run."""
-    from marinctl.store import alerts as alerts_store
-
-    names, uids = [], []
-    while changed:                      # the tail's threads add to it meanwhile: take what is there
-        names.append(changed.pop())
-    if names:
-        with store.connect() as con:
-            uids = alerts_store.local_uids(con, names)
-    alerting.after_pass(uids, detect=True)
 
 
 def _print_human(report: dict) -> None:

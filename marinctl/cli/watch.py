@@ -35,9 +35,15 @@ def register(app: typer.Typer) -> None:
 def watch(
     target: Annotated[Optional[str], typer.Argument(metavar="TARGET", help="What to follow (default: the hero lineage).", autocompletion=complete.targets)] = None,
     interval: Annotated[float, typer.Option("--interval", help="Seconds between background syncs.")] = 30.0,
+    notify: Annotated[Optional[list[str]], typer.Option(
+        "--notify", metavar="SINK", help="Send each new alert (also shown on screen) to SINK — desktop (notify-send), "
+        "webhook=URL, slack=URL, discord=URL or exec=COMMAND (JSON on stdin); repeatable. Rules: <home>/alerts.toml.")] = None,
 ) -> None:
     if not interval > 0:
         raise UserError(f"--interval must be a positive number of seconds, not {interval}", "try `marinctl watch --interval 30`")
+    from marinctl.cli.notify import rules_of, sinks_of
+
+    sinks, rules = sinks_of(notify, follow=True, tui=True), rules_of(follow=True)   # bad input: exit 2 before the screen
     if not (sys.stdin.isatty() and sys.stdout.isatty()) and os.environ.get("TEXTUAL_DRIVER") != WEB_DRIVER:
         raise UserError("watch needs an interactive terminal", "for scripts and pipes use `marinctl plot KEY [--run RUN]`")
     # numpy's OpenBLAS starts a thread per core that spins after each call; watch's arrays are small
@@ -54,7 +60,11 @@ def watch(
     from marinctl.tui.app import run_watch
 
     plan = early.plan()    # bad TARGETs fail here with exit 2, before the screen opens
-    run_watch(target, interval, plan=plan, first_read=early)
+    if sinks and not plan[1]:
+        early.stop()
+        raise UserError("--notify sends the alerts watch raises while it follows a run, and this view follows none"
+                        " (the store as is)", "name what to follow: marinctl watch TARGET --notify … (a W&B run, a wandb/ dir)")
+    run_watch(target, interval, plan=plan, first_read=early, rules=rules, sinks=sinks)
 
 
 def plot(

@@ -1,5 +1,8 @@
 """A metric chart on a plotext figure: faint min/max envelope, smoothed line, markers, cursor.
 
+Markers: an anomaly is an `x` at its bucket's top, an alert fired while following a ⚑ there
+(at the chart's top when its values are NaN/Inf), a GitHub event a vertical line.
+
 `paint` is duck-typed over any plotext figure — the TUI's per-widget `PlotextPlot.plt`, or
 the `plotext` module's own figure for `marinctl plot` — so the watch screen and the CLI draw
 the same chart. Tick positions are round numbers (1, 2, 2.5, 5 × 10^k apart) labelled by
@@ -20,6 +23,8 @@ RAW_COLOR = (90, 90, 110)
 LINE_COLOR = (80, 170, 255)
 BAND_COLOR = (120, 120, 60)
 ANOMALY_COLOR = (255, 80, 80)
+ALERT_COLOR = (255, 150, 40)
+ALERT_GLYPH = "⚑"       # an alert fired while following, on its metric's chart (one cell wide)
 EVENT_COLOR = (200, 180, 60)
 CURSOR_COLOR = (240, 240, 240)
 OVERLAY_COLORS = ((230, 160, 60), (160, 110, 230), (110, 200, 140), (220, 90, 150), (200, 200, 80))
@@ -84,6 +89,17 @@ def paint(fig, panel: PanelData, *, width: int, height: int, logy: bool = False,
         pts = [(float(ax.x([m.step])[0]), y) for m, y in zip(anomalies, ys) if math.isfinite(y) and (y > 0 or not logy)]
         if pts:
             fig.scatter([p[0] for p in pts], [p[1] for p in pts], marker="x", **kw(ANOMALY_COLOR))
+    alerts = [m for m in panel.markers if m.kind == "alert"]
+    if alerts and x:
+        top = float(np.nanmax(panel.vmax[ok])) if ok.any() else math.nan
+        pts = []
+        for m in alerts:          # at the bucket's top; a NaN/Inf episode, whose values are not drawn, at the chart's
+            v = panel.value_at(m.step)
+            y = v[2] if v and math.isfinite(v[2]) and (v[2] > 0 or not logy) else top
+            if math.isfinite(y):
+                pts.append((float(ax.x([m.step])[0]), y))
+        if pts:
+            fig.scatter([p[0] for p in pts], [p[1] for p in pts], marker=ALERT_GLYPH, **kw(ALERT_COLOR))
     for m in panel.markers:
         if m.kind == "event":
             fig.vline(float(ax.x([m.step])[0]), **kw(EVENT_COLOR))

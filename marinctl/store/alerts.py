@@ -135,6 +135,26 @@ def listed(con: Connection, run_uids: Sequence[str] | None = None) -> list[dict[
                              " ORDER BY a.fired_at DESC, a.alert_id DESC", params))
 
 
+def marks(con: Connection, run_uids: Sequence[str], lo: int, hi: int) -> list[tuple[int, str, str]]:
+    """(step, metric, title) of the runs' alerts on a metric at steps lo..hi, by step (chart markers)."""
+    if not run_uids:
+        return []
+    rows = con.execute(f"SELECT step, metric, title FROM alerts WHERE run_uid IN ({_marks(run_uids)})"
+                       " AND metric IS NOT NULL AND step BETWEEN ? AND ? ORDER BY step, alert_id",
+                       [*run_uids, lo, hi]).fetchall()
+    return [(int(s), m, t) for s, m, t in rows]
+
+
+def recent(con: Connection, run_uids: Sequence[str], limit: int = 20) -> list[dict[str, Any]]:
+    """The runs' newest alerts (what a watching screen says when new), oldest of them first."""
+    if not run_uids:
+        return []
+    rows = _rows(con.execute(f"SELECT {_SELECT} FROM alerts a LEFT JOIN runs r ON r.uid = a.run_uid"
+                             f" WHERE a.run_uid IN ({_marks(run_uids)}) ORDER BY a.alert_id DESC LIMIT ?",
+                             [*run_uids, limit]))
+    return rows[::-1]
+
+
 def run_facts(con: Connection, run_uids: Sequence[str]) -> list[dict[str, Any]]:
     """What an alert pass reads of each run: pk, ids, name, source, state, heartbeat, last step, tags, group."""
     if not run_uids:

@@ -145,6 +145,11 @@ def uid_at_path(con: Connection, path: str) -> str | None:
     return row[0] if row else None
 
 
+def uids_at_path(con: Connection, path: str) -> list[str]:
+    """Every run mirrored from a local file under `path` (a .wandb file or a folder)."""
+    return [r[0] for r in con.execute("SELECT uid FROM runs WHERE path LIKE ? ORDER BY run_pk", [path + "%"]).fetchall()]
+
+
 def lineage_rows(con: Connection) -> list[dict[str, Any]]:
     """(run_pk, uid, run_id, fork_parent, fork_step, source) of every run, local ones first, then by start."""
     cur = con.execute("SELECT run_pk, uid, run_id, fork_parent, fork_step, source FROM runs"

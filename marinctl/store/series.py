@@ -213,8 +213,8 @@ def keys_of(con: duckdb.DuckDBPyConnection, run_pks: Sequence[int]) -> list[str]
 
 def data_version(con: duckdb.DuckDBPyConnection) -> tuple:
     """A cheap fingerprint of what a view shows: it changes when history (parts or long rows), runs,
-    liveness, keys, events, anomalies or system samples change (aggregates of small tables), so an
-    idle view re-reads nothing."""
+    liveness, keys, events, anomalies, alerts or system samples change (aggregates of small tables),
+    so an idle view re-reads nothing."""
     return tuple(con.execute("""
         SELECT (SELECT count(*) FROM runs), (SELECT sum(coalesce(last_step, -1)) FROM runs),
                (SELECT max(synced_at) FROM runs), (SELECT max(heartbeat_at) FROM runs),
@@ -222,7 +222,8 @@ def data_version(con: duckdb.DuckDBPyConnection) -> tuple:
                (SELECT count(*) FROM metric_keys), (SELECT count(*) FROM events),
                (SELECT count(*) FROM anomalies), (SELECT max(detected_at) FROM anomalies),
                (SELECT count(*) FROM history_parts), (SELECT max(part_id) FROM history_parts),
-               (SELECT count(*) FROM system_samples), (SELECT max(fetched_at) FROM system_fetches)
+               (SELECT count(*) FROM system_samples), (SELECT max(fetched_at) FROM system_fetches),
+               (SELECT max(alert_id) FROM alerts)
     """).fetchall()[0])
 
 

@@ -1,15 +1,16 @@
 """Alerts while following: after each sync pass, what is new becomes an alert, stored once.
 
 `Alerter.after_pass(uids)` is the one call a follow loop makes after its sync pass (`sync
---follow`'s W&B poll and local tail; `watch` later): it reads the store as the pass left it,
+--follow`'s and `watch`'s W&B poll and local tail): it reads the store as the pass left it,
 asks analysis what each followed run raises (analysis/alerts/raised.py: high-severity
 incidents, slowdowns, NaN/Inf, stale and crashed runs, the user's rules), keeps those the
 store has no alert of (one per run, cause and episode: store/alerts.py), words them with
 explain's summary (analysis/alerts/wording.py), and returns them. A run's first pass is its
 baseline: what it holds then raises nothing (a run created after following began has no
 baseline: all of it is new). `detect=True` runs detection on the runs first, for loops whose
-sync pass does not (the local tail). `FollowAlerts` pairs it with a Delivery
-(sync/delivery.py): the one object a follow loop holds.
+sync pass does not (the local tail; `LocalChanges` says when its pass is due and for which
+runs). `FollowAlerts` pairs it with a Delivery (sync/delivery.py): the one object a follow
+loop holds.
 
 With `claim=True` (a follower that delivers), each new alert is claimed for this process in
 the transaction that stores it, and `pending()` claims what earlier followers of the same
@@ -21,6 +22,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable
@@ -37,6 +39,8 @@ from marinctl.sync.delivery import CLAIM_S
 PENDING_WITHIN = timedelta(hours=24)   # older undelivered alerts stay listed, not sent
 PENDING_EVERY_S = 30.0                 # how often a delivering follower looks for alerts others left undelivered
 PRIME_SPAN = 5_000                     # steps read before a baseline for a window's first values
+ALERT_EVERY_S = 1.0                    # a local tail's changed runs: scored and checked at most this often
+LIVENESS_EVERY_S = 5.0                 # nothing changed: stale and crashed runs checked this often
 
 
 @dataclass
@@ -213,7 +217,7 @@ def _after(track: Track, otherwise: int) -> int:
 class FollowAlerts:
     """What a follow loop holds for alerts: an Alerter and, with sinks, a Delivery beside it.
 
-    `sync --follow` (cli/notify.py) and, later, `watch` call `after_pass` after each sync pass:
+    `sync --follow` (cli/notify.py) and `watch` (tui/alerts.py) call `after_pass` after each sync pass:
     new alerts are handed to every sink, and every PENDING_EVERY_S what earlier followers of the
     same runs left undelivered is claimed and sent too. Errors are the caller's (a busy store:
     the next pass tries again); `warn` hears of failed deliveries.
@@ -230,8 +234,6 @@ class FollowAlerts:
 
     def after_pass(self, uids: Iterable[str] = (), *, detect: bool = False) -> list[dict[str, Any]]:
         """New alerts (oldest first), already on their way to the sinks."""
-        import time
-
         new = self.alerter.after_pass(uids, detect=detect)
         pending: list[dict[str, Any]] = []
         if self.delivery is not None and self.alerter.runs and (
@@ -242,10 +244,44 @@ class FollowAlerts:
             self.delivery.submit(new + pending)
         return new
 
-    def close(self) -> int:
-        """Stop delivering (each sink's current try ends, bounded); returns the tries still queued."""
+    def close(self, wait_s: float | None = None) -> int:
+        """Stop delivering (each sink's current try ends, bounded by `wait_s`, default one try's
+        bound); returns the tries still queued."""
         if self.delivery is None:
             return 0
         waiting = self.delivery.waiting
-        self.delivery.close()
+        self.delivery.close(wait_s)
         return waiting
+
+
+class LocalChanges:
+    """What a `.wandb` tail changed since its last alert pass, and when the next is due.
+
+    The tail's threads `add` what each poll wrote (`sync.local.follow`'s `on_update` results);
+    the loop beside them asks `due()` every few tenths of a second and then runs
+    `after_pass(take(store), detect=True)`: the runs that changed at most every ALERT_EVERY_S, and
+    with nothing changed every LIVENESS_EVERY_S (every followed run turning stale or crashed).
+    """
+
+    def __init__(self) -> None:
+        self._names: set[str] = set()
+        self._lock = threading.Lock()
+        self._checked = time.monotonic()
+
+    def add(self, results: Iterable[dict[str, Any]]) -> None:
+        with self._lock:
+            self._names.update(r["run"] for r in results if r.get("run"))
+
+    def due(self) -> bool:
+        since = time.monotonic() - self._checked
+        return bool(self._names) and since >= ALERT_EVERY_S or since >= LIVENESS_EVERY_S
+
+    def take(self, store: Store) -> list[str]:
+        """The uids of the runs changed since the last `take` (the clock restarts)."""
+        with self._lock:
+            names, self._names = sorted(self._names), set()
+        self._checked = time.monotonic()
+        if not names:
+            return []
+        with store.connect() as con:
+            return alerts_store.local_uids(con, names)

@@ -7,7 +7,7 @@ the app-wide keys (quit, help, the command palette) and the charts' theme.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 from textual.app import App
 from textual.binding import Binding
@@ -26,7 +26,7 @@ SyncFn = Callable[[Store, list[str]], dict]
 def default_sync(store: Store, targets: list[str]) -> dict:
     from marinctl.sync import sync_targets
 
-    return sync_targets(store, targets)
+    return sync_targets(store, targets, following=True)
 
 
 class WatchApp(App):
@@ -45,12 +45,13 @@ class WatchApp(App):
     def __init__(self, target: str | None = None, interval: float = 30.0, *, store: Store | None = None,
                  sync_fn: SyncFn | None = None, autosync: bool = True, view_ref: str | None = None,
                  starting: str | None = None, plan: tuple[str | None, list[str]] | None = None,
-                 first_read: FirstRead | None = None) -> None:
+                 first_read: FirstRead | None = None, rules: Any = None, sinks: Sequence = ()) -> None:
         """`starting`: what is being started (e.g. `marinctl demo`'s "starting the rung1 proxy…"),
         shown until the target has a run to show, instead of "the store holds no runs yet".
         `plan`: `plan_watch`'s answer when the caller already has it (the CLI checks TARGET before
         the screen opens): the first read then starts on mount instead of after planning again;
-        `first_read`: that read, already started (tui/first_read.py)."""
+        `first_read`: that read, already started (tui/first_read.py); `rules`, `sinks`: what alerts the
+        follow raises besides the built-in ones (`<home>/alerts.toml`) and where they go (`--notify`)."""
         super().__init__()
         if store is None:
             from marinctl.store import open_store
@@ -59,7 +60,7 @@ class WatchApp(App):
         self.store = store
         self._watch = dict(target=target, sync_fn=sync_fn or default_sync, interval=max(1.0, float(interval)),
                            autosync=autosync, view_ref=view_ref, starting=starting, plan=plan,
-                           first_read=first_read)
+                           first_read=first_read, rules=rules, sinks=tuple(sinks))
 
     def get_default_screen(self) -> Screen:
         return WatchScreen(self.store, **self._watch)
@@ -74,7 +75,9 @@ class WatchApp(App):
 
 
 def run_watch(target: str | None, interval: float, *, starting: str | None = None,
-              plan: tuple[str | None, list[str]] | None = None, first_read: FirstRead | None = None) -> None:
+              plan: tuple[str | None, list[str]] | None = None, first_read: FirstRead | None = None,
+              rules: Any = None, sinks: Sequence = ()) -> None:
     """Entry point for `marinctl watch` and `marinctl demo` (a local wandb/ dir target; `starting`
-    says what is starting until its first steps are written; `plan`: TARGET already planned)."""
-    WatchApp(target, interval, starting=starting, plan=plan, first_read=first_read).run()
+    says what is starting until its first steps are written; `plan`: TARGET already planned;
+    `rules`, `sinks`: the alert rules and `--notify` sinks, checked by the CLI)."""
+    WatchApp(target, interval, starting=starting, plan=plan, first_read=first_read, rules=rules, sinks=sinks).run()

@@ -27,7 +27,7 @@ class MetricKeys(Provider):
 
     async def discover(self) -> Hits:
         for key in self._keys()[:40]:
-            yield DiscoveryHit(f"key: {inert(key, single_line=True)}", partial(self.screen.jump_to_key, key),
+            yield DiscoveryHit(f"key: {inert(key, single_line=True)}", partial(self.screen.grid.jump_to_key, key),
                                help="show the page with this metric")
 
     async def search(self, query: str) -> Hits:
@@ -36,8 +36,8 @@ class MetricKeys(Provider):
             text = f"key: {key}"
             score = matcher.match(text)
             if score > 0:
-                yield Hit(score, matcher.highlight(inert(text, single_line=True)), partial(self.screen.jump_to_key, key),
-                          text=text, help="show the page with this metric")
+                yield Hit(score, matcher.highlight(inert(text, single_line=True)),
+                          partial(self.screen.grid.jump_to_key, key), text=text, help="show the page with this metric")
 
 
 def view_commands(screen: WatchScreen) -> Iterable[SystemCommand]:
@@ -50,6 +50,8 @@ def view_commands(screen: WatchScreen) -> Iterable[SystemCommand]:
     yield SystemCommand("Reset zoom", "Show the full range and follow the live end", screen.grid.action_reset_zoom)
     yield SystemCommand("Run pane", "Overview, config and summary of the run", screen.action_run_pane)
     yield SystemCommand("System metrics", "GPU, CPU, memory … the run recorded", screen.action_system_pane)
+    yield SystemCommand("Filter runs", "Narrow the runs sidebar as `runs --where` does (state:running group~d512 …)",
+                        screen.action_filter_runs)
     yield SystemCommand("Clear compared runs", "Take every compared run off the charts", screen.sidebar.clear_compare)
     yield SystemCommand("Fold or unfold all sections", "Collapse every prefix section, or open them all",
                         screen.action_fold_all)

@@ -9,6 +9,8 @@
   the per-target sync lock `marinctl sync` also takes.
 - Whatever else writes the store (a `sync` in another terminal) is noticed by a check of the
   store's data version every CHECK_S; nothing is re-read while it stays the same.
+- Each sync pass is followed by the alert pass `sync --follow` runs (tui/alerts.py), in the
+  same thread: after a W&B poll, and beside a local tail with its runs scored first.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from marinctl.tui import messages as msg
 
 if TYPE_CHECKING:
     from marinctl.store import Store
+    from marinctl.tui.alerts import AlertPasses
     from marinctl.tui.first_read import FirstRead
 
 SyncFn = Callable[["Store", list[str]], dict]
@@ -40,10 +43,12 @@ class Live:
     `StoreChanged`, `FollowStatus` and `SyncFinished` messages."""
 
     def __init__(self, node: DOMNode, store: Store, sync_fn: SyncFn, *, interval: float, autosync: bool,
-                 shown_version: Callable[[], Any], busy: Callable[[], bool], early: FirstRead | None = None) -> None:
+                 shown_version: Callable[[], Any], busy: Callable[[], bool], early: FirstRead | None = None,
+                 alerts: AlertPasses | None = None) -> None:
         """`shown_version()`: the store's data version the view on screen was read at; `busy()`: no
-        view yet, or a read under way (nothing to check); `early`: the first-read helper."""
-        self._node, self._store, self._sync_fn = node, store, sync_fn
+        view yet, or a read under way (nothing to check); `early`: the first-read helper; `alerts`:
+        the alert pass after each sync pass (None: none)."""
+        self._node, self._store, self._sync_fn, self._alerts = node, store, sync_fn, alerts
         self.interval, self._autosync, self._early = interval, autosync, early
         self._shown_version, self._busy = shown_version, busy
         self.targets: list[str] = []        # what `r` and the poller sync (planned from TARGET)
@@ -79,6 +84,8 @@ class Live:
         self._wake.set()
         if self._early is not None:
             self._early.stop()
+        if self._alerts is not None:
+            self._alerts.close()
 
     def wake(self) -> bool:
         """`r` on a followed file: read it now. False when nothing is followed."""
@@ -140,6 +147,8 @@ class Live:
         try:
             with synclock.acquire_all(self._store.path, targets, owner="watch"):
                 report = self._sync_fn(self._store, targets)
+                if self._alerts is not None:
+                    self._alerts.after_sync((report or {}).get("synced") or [])
         except RuntimeFailure as exc:
             return done(False, error=exc.message, offline="already syncing" not in exc.message)
         except MarinctlError as exc:
@@ -197,13 +206,23 @@ class Live:
                 say(f"reading {run}: {done * 100 // max(1, total)}%")
                 post(msg.StoreChanged([]))
 
+        caught_up = threading.Event()       # the first poll is done: the alert pass's baseline
+
         def polled(_seconds: float) -> None:
             self.polled_at = time.time()
+            caught_up.set()
             say(f"following {path.name} every {FOLLOW_S:g} s")
 
+        changed = self._alerts.tail(self._stopped, caught_up, lambda: _runs_under(self._store, path)) \
+            if self._alerts is not None else None
+
+        def on_update(results: list[dict]) -> None:
+            post(msg.StoreChanged(results))
+            if changed is not None:
+                changed(results)
+
         follow(self._store, path, interval=FOLLOW_S, stop=_Clock(self._stopped, self._wake, polled),
-               on_update=lambda changed: post(msg.StoreChanged(changed)),
-               progress=progress, warn=lambda text: say(text, True))
+               on_update=on_update, progress=progress, warn=lambda text: say(text, True))
 
 
 class _Clock(threading.Event):
@@ -221,6 +240,14 @@ class _Clock(threading.Event):
         self._wake.wait(timeout)
         self._wake.clear()
         return self._stop.is_set()
+
+
+def _runs_under(store: Store, path: Path) -> list[str]:
+    """The uids of the runs mirrored from `.wandb` files under `path`."""
+    from marinctl.store.runs import uids_at_path
+
+    with store.connect() as con:
+        return uids_at_path(con, str(path.resolve()))
 
 
 def _file_stamp(db: Path) -> tuple:

@@ -89,3 +89,10 @@ class PaneLoaded(Message):
     """The run pane's overview, config and summary (views.run_panes.RunPane)."""
 
     pane: Any
+
+
+@dataclass
+class AlertsRaised(Message):
+    """An alert pass after a sync fired new alerts (store/alerts.py dicts, oldest first)."""
+
+    alerts: list[dict]

@@ -13,6 +13,9 @@ from marinctl.text import inert
 from marinctl.tui.paint import value_text
 
 
+GLYPHS = {"anomaly": "✕ ", "alert": "⚑ ", "event": "│ "}     # how the readout names the markers near the cursor
+
+
 def bucket_width(view: View | None) -> float:
     """Steps per chart bucket: how far one cursor move goes."""
     return 1.0 if view is None else view.width
@@ -38,7 +41,7 @@ def readout_line(view: View, step: int, values: dict[str, Logged], focused: str 
         head += f" ({view.axis.label} {N.sig(float(view.axis.x([step])[0]))})"
     parts = [head]
     near = markers_near(view, step)
-    tail = "  " + " ".join(("✕ " if m.kind == "anomaly" else "│ ") + m.label[:40] for m in near[:2]) if near else ""
+    tail = "  " + " ".join(GLYPHS.get(m.kind, "│ ") + m.label[:40] for m in near[:2]) if near else ""
     keys = list(dict.fromkeys(p.key for p in view.panels))      # a curated key also shows in its section
     if focused in keys:
         keys.remove(focused)
@@ -57,6 +60,8 @@ def readout_line(view: View, step: int, values: dict[str, Logged], focused: str 
 def page_line(view: View) -> str:
     """`page 2/14 · 2×4 grid · 649 keys` (or the filter's match count)."""
     p = view.params
+    if view.error:           # no run drawn: no pages, and no key list is coming
+        return f"{p.cols}×{p.rows} grid"
     parts = [f"page {view.page + 1}/{view.pages if view.total_keys is not None else '…'}", f"{p.cols}×{p.rows} grid"]
     if p.pattern:
         of = f" of {view.total_keys}" if view.total_keys is not None else ""
@@ -109,7 +114,7 @@ def system_note(view: View) -> str:
     """What the system pane says over its charts, or instead of them."""
     if view.system_panels:
         return view.system_note       # how samples taken by time sit on the step axis ('' for history keys)
-    if view.total_keys is None:
+    if view.total_keys is None and not view.error:
         return "listing the run's keys…"
     return ("no system metrics stored for this run (W&B records GPU/CPU/memory stats every 15 s"
             " unless the run disabled them)")

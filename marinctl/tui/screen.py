@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
@@ -22,6 +23,7 @@ from marinctl.store import Store
 from marinctl.tui import messages as msg
 from marinctl.tui import settings as S
 from marinctl.tui import startup
+from marinctl.tui.alerts import AlertPasses, AlertToasts
 from marinctl.tui.bindings import keys
 from marinctl.tui.charts import MetricChart, hand_out, register_theme
 from marinctl.tui.first_read import FirstRead, bucket_guess, params_for
@@ -30,12 +32,13 @@ from marinctl.tui.live import Live, SyncFn
 from marinctl.tui.loader import Loader, paint_job, planned
 from marinctl.tui.paint import ChartState
 from marinctl.tui.readout import markers_near, notice_text, offline_text, system_note, view_line
+from marinctl.tui.screens.diff import DiffScreen
 from marinctl.tui.screens.explain import ExplainScreen
 from marinctl.tui.state import WatchState
 from marinctl.tui.widgets.footer import KeyFooter
 from marinctl.tui.widgets.grid import ChartGrid, KeyFilter
 from marinctl.tui.widgets.panes import SidePanes
-from marinctl.tui.widgets.sidebar import RunsSidebar
+from marinctl.tui.widgets.sidebar import RunFilter, RunsColumn, RunsSidebar
 from marinctl.tui.widgets.status import StatusHeader
 
 LAYOUT_FIELDS = frozenset({"cols", "rows", "pattern", "collapsed", "smoothing", "xmode"})   # remembered per store
@@ -50,6 +53,7 @@ class WatchScreen(Screen):
         *keys("filter the keys by a regex (the view line counts the matches)", Binding("slash", "filter", "filter")),
         *keys("clear the filter, leave full screen", Binding("escape", "escape", show=False)),
         *keys("explain the step under the cursor", Binding("e", "explain", "explain")),
+        *keys("diff the run on screen and the compared one (as `marinctl diff RUN_A RUN_B`)", Binding("d", "diff")),
         *keys("log-y of every chart", Binding("y", "logy", "log-y"), Binding("Y", "logy", show=False)),
         *keys("smoothing: none → EMA → debiased EMA", Binding("s", "smoothing", "smooth")),
         *keys("x axis: step → tokens → fraction of schedule → wall time (compared runs on their own schedule)",
@@ -75,14 +79,16 @@ class WatchScreen(Screen):
               Binding("left_curly_bracket", "pane_width(-6)", show=False),
               Binding("right_curly_bracket", "pane_width(6)", show=False)),
         *keys("hide / show the runs sidebar", Binding("b", "sidebar", show=False)),
+        *keys("filter the runs sidebar as `runs --where` does (f in the sidebar)", Binding("w", "filter_runs")),
     ]
 
     def __init__(self, store: Store, target: str | None, sync_fn: SyncFn, *, interval: float, autosync: bool,
                  view_ref: str | None = None, starting: str | None = None,
-                 plan: tuple[str | None, list[str]] | None = None, first_read: FirstRead | None = None) -> None:
+                 plan: tuple[str | None, list[str]] | None = None, first_read: FirstRead | None = None,
+                 rules: Any = None, sinks: tuple = ()) -> None:
         """`starting`: what is being started (`marinctl demo`), shown until the target has a run to show;
         `plan`: TARGET already planned (the CLI checks it before the screen opens) and `first_read`,
-        that read already started (tui/first_read.py)."""
+        that read already started (tui/first_read.py); `rules`, `sinks`: the alert rules and `--notify`."""
         super().__init__()
         self.store, self.target, self.starting, self._plan = store, target, starting, plan
         self.remembered = S.load(store.path)
@@ -93,20 +99,22 @@ class WatchScreen(Screen):
         self.loader = Loader(self, store, self.state, self._job, early)
         self.live = Live(self, store, sync_fn, interval=interval, autosync=autosync, early=early,
                          shown_version=lambda: self._version,
-                         busy=lambda: self.loader.loading or self.state.view is None)
+                         busy=lambda: self.loader.loading or self.state.view is None,
+                         alerts=AlertPasses(self, store, rules, sinks))
+        self.toasts = AlertToasts(self.notify)
         self._version: Any = None
         self._keys_after_first = False     # list the run's keys once the first frame is up
         self._last_error: str | None = None
-        self._focus_after_load: str | None = None
 
     def compose(self) -> ComposeResult:
         self.header = StatusHeader(id="header")
-        self.sidebar = RunsSidebar(self.state, id="sidebar")
+        self.sidebar = RunsSidebar(self.state, self.remembered.run_filter, id="sidebar")
+        self.runs = RunsColumn(self.sidebar, id="runs-column")     # the sidebar under its filter box
         self.grid = ChartGrid(self.state, id="main")
         self.panes = SidePanes(self.state, self.remembered, id="panes")
         yield self.header
         with Horizontal(id="body"):
-            yield self.sidebar
+            yield self.runs
             yield self.grid
             yield self.panes
         yield KeyFooter()
@@ -160,10 +168,10 @@ class WatchScreen(Screen):
         return paint_job(self.grid.page, self.panes.system_pane, self.state.chart, register_theme(self.app),
                          self.figures)
 
-    def save_layout(self) -> None:
-        panes = self.panes
-        S.save(self.store.path, self.state.layout(run_pane=panes.run_pane.display,
-                                                  system_pane=panes.system_pane.display, pane_width=panes.pane_width))
+    @on(RunFilter.Applied)
+    def save_layout(self, _changed: Any = None) -> None:
+        """Remember the layout, panes and run filter for this store (a new run filter too)."""
+        S.save(self.store.path, self.state.layout(**self.panes.remembered(), run_filter=self.sidebar.expression))
 
     # -- what the workers post back --------------------------------------------------------------
     def on_planned(self, message: msg.Planned) -> None:
@@ -198,17 +206,14 @@ class WatchScreen(Screen):
         if self.header.offline_since is not None:
             self.header.offline_since = offline_text(view)
         self._show_header()
-        self.sidebar.show_entries(view.sidebar, view.ref)
+        self.sidebar.show_entries(view.sidebar, view.shown or view.ref)
+        self.toasts.show(view.alerts)
         rebuilt = self.grid.show(view, notice_text(view, self.starting))
         self.panes.system_pane.show_keys([q.key for q in view.system_panels], system_note(view))
         self._hand_out(message.frames)
         self._show_readout()
         if rebuilt:
             self.call_after_refresh(self._repaint_misfits)
-        chart = self.grid.page.chart_for(self._focus_after_load) if self._focus_after_load else None
-        if chart is not None:
-            self.call_after_refresh(chart.focus)     # once the page's new charts are mounted
-            self._focus_after_load = None
         if first_of_run and self.panes.run_pane.display:
             self.loader.load_pane(self.state.params.ref, self.state.shown_stats())
         if not self.live.first_painted.is_set():
@@ -277,7 +282,8 @@ class WatchScreen(Screen):
             _, _, first = message.summary.partition("|")
             if self.state.params.ref is None and first:
                 self.state.set(ref=first)
-                self.loader.load_keys(first)
+            if self.state.params.all_keys is None:      # listed before this sync stored the run, or never
+                self.loader.load_keys(self.state.params.ref)
             self.loader.reload()
         else:
             if message.offline:
@@ -288,6 +294,10 @@ class WatchScreen(Screen):
                 self.notify(message.error or "sync failed", title="sync", severity="warning", markup=False)
         self._last_error = message.error
         self.header.redraw()
+
+    def on_alerts_raised(self, message: msg.AlertsRaised) -> None:
+        self.toasts.show(message.alerts)
+        self.loader.reload()              # their marks on the charts
 
     def on_keys_loaded(self, message: msg.KeysLoaded) -> None:
         if message.ref == self.state.params.ref and tuple(message.keys) != self.state.params.all_keys:
@@ -327,6 +337,9 @@ class WatchScreen(Screen):
             self.notify("nothing to explain yet")
             return
         self.loader.explain(view.ref, self.state.explained_step(), markers_near(view, self.state.cursor()))
+
+    def action_diff(self) -> None:
+        self.app.push_screen(DiffScreen(self.store, self.state.params.ref, self.state.params.compare))
 
     def action_logy(self) -> None:
         self.state.toggle_logy()
@@ -388,9 +401,7 @@ class WatchScreen(Screen):
         self._say(self.panes.widen(columns), timeout=2)
 
     def action_sidebar(self) -> None:
-        self.sidebar.display = not self.sidebar.display
+        self.runs.display = not self.runs.display
 
-    def jump_to_key(self, key: str) -> None:
-        """The palette's `key:` commands: show the page holding `key` and focus its chart."""
-        self._focus_after_load = key
-        self.state.jump_to_key(key)
+    def action_filter_runs(self) -> None:
+        self.runs.open_filter()

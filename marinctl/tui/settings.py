@@ -1,4 +1,4 @@
-"""What `watch` remembers between launches, per store: grid size, filter, collapsed sections, panes.
+"""What `watch` remembers between launches, per store: grid size, filters, collapsed sections, panes.
 
 One small JSON file under the data home (`watch-settings.json`), keyed by the store's path, so
 two stores keep two layouts. A missing or damaged file means the defaults; saving never
@@ -32,6 +32,7 @@ class Layout:
     run_pane: bool = False
     system_pane: bool = False
     pane_width: int = 46                               # columns of the run/system panes (`{` `}`)
+    run_filter: str | None = None                      # the runs sidebar's `--where` expression (`f`)
 
     def clamp(self) -> "Layout":
         self.cols = min(MAX_COLS, max(1, int(self.cols)))

@@ -115,9 +115,9 @@ class WatchState:
         return None
 
     def explained_step(self) -> int:
-        """The step `e` explains: the cursor's, or the anomaly marker's beside it."""
+        """The step `e` explains: the cursor's, or the anomaly or alert marker's beside it."""
         step = self.cursor()
-        anomalies = [m for m in markers_near(self.view, step) if m.kind == "anomaly"]
+        anomalies = [m for m in markers_near(self.view, step) if m.kind in ("anomaly", "alert")]
         return min(anomalies, key=lambda m: abs(m.step - step)).step if anomalies else step
 
     # -- the window --------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import numpy as np
 
 from marinctl.views.chart_axis import Axis
 from marinctl.store import Connection
+from marinctl.store import alerts as alerts_store
 from marinctl.store import anomalies as anomalies_store
 from marinctl.store import events as events_store
 from marinctl.store import metrics as M
@@ -63,9 +64,10 @@ def smooth(values: np.ndarray, mode: str, weight: float = 0.6) -> np.ndarray:
 @dataclass
 class Marker:
     step: int
-    kind: str            # 'anomaly' | 'event'
+    kind: str            # 'anomaly' | 'alert' | 'event'
     label: str
     value: float | None = None
+    metric: str | None = None    # the chart it belongs on (anomalies, alerts); events go on every chart
 
 
 @dataclass
@@ -209,7 +211,7 @@ def load_panel(con: Connection, target: Target, key: str, lo: int, hi: int, *,
     steps = (env.step_lo + env.step_hi) / 2.0 if len(env) else np.empty(0)
     mine = []
     for m in markers:
-        if lo <= m.step <= hi and (m.kind == "event" or m.label.split(" ", 1)[0] == key):
+        if lo <= m.step <= hi and (m.kind == "event" or m.metric == key):
             mine.append(m)
     return PanelData(key=key, steps=steps, x=axis.x(steps), vmin=env.vmin, vmax=env.vmax,
                      line=smooth(env.mean, smoothing, weight), axis_label=axis.label, markers=mine, raw=env.mean,
@@ -218,9 +220,12 @@ def load_panel(con: Connection, target: Target, key: str, lo: int, hi: int, *,
 
 
 def markers_for(con: Connection, target: Target, lo: int, hi: int) -> list[Marker]:
-    """Anomalies (label starts with the metric) and GitHub events aligned to the target's runs."""
-    out = [Marker(int(step), "anomaly", f"{metric} {kind}", score)
+    """Anomalies, alerts fired while following (each on its metric's charts) and GitHub events
+    aligned to the target's runs."""
+    out = [Marker(int(step), "anomaly", f"{metric} {kind}", score, metric=metric)
            for step, metric, kind, score in anomalies_store.in_range(con, target.run_pks, lo, hi)]
+    out += [Marker(int(step), "alert", f"{metric} alert: {title}", metric=metric)
+            for step, metric, title in alerts_store.marks(con, [r["uid"] for r in target.runs], lo, hi)]
     out += [Marker(int(step), "event", f"{kind}: {title or ''}")
             for step, title, kind in events_store.markers(con, [r["uid"] for r in target.runs], lo, hi)]
     return out

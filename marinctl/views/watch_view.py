@@ -20,6 +20,7 @@ from marinctl.views.run_header import HeaderStats, header_stats
 from marinctl.views.run_list import SidebarEntry, sidebar_entries
 from marinctl.analysis.schedule import schedule_of_target
 from marinctl.views.system_panels import stored_keys, system_panels
+from marinctl.store import alerts as alerts_store
 from marinctl.store import runs as runs_store
 from marinctl.store import series as S
 
@@ -51,6 +52,8 @@ class View:
     params: ViewParams
     ref: str | None = None
     target_name: str | None = None      # what explain/events accept for the shown run ('hero', a run id)
+    shown: str | None = None            # the sidebar's ref of the run drawn ('hero' or its uid; ref may be None)
+    alerts: list[dict] = field(default_factory=list)   # its newest alerts (store/alerts.py `recent`), oldest first
     header: HeaderStats | None = None
     panels: list[PanelData] = field(default_factory=list)
     axis: Axis | None = None
@@ -168,6 +171,8 @@ def build_view(store, params: ViewParams) -> View:
             view.error = exc.message + (f" — {exc.hint}" if exc.hint else "")
             return view
         view.target_name = target.name
+        view.shown = "hero" if target.name == "hero" else target.leaf["uid"]
+        view.alerts = alerts_store.recent(con, [r["uid"] for r in target.runs])
         if params.all_keys is not None:
             have = set(params.all_keys)
             curated = [k for k in DEFAULT_PANELS if k in have]

@@ -1,1 +1,1 @@
-"""Modal screens: help and the explain panel."""
+"""Modal screens: help, the explain panel and the diff panel."""

@@ -11,7 +11,8 @@ from textual.widgets import Static
 
 MOUSE = ("click or drag on a chart: focus it and put the cursor there; wheel: zoom; click a run: show it;"
          " drag a pane's left border: resize the panes")
-LEGEND = ("Markers: ✕ anomaly (table anomalies), │ GitHub event, ▲ a spike above a fitted y range."
+LEGEND = ("Markers: ✕ anomaly (table anomalies), ⚑ alert fired while following (`marinctl alerts`; a new one is"
+          " also a notification), │ GitHub event, ▲ a spike above a fitted y range."
           " Faint lines: raw min/max envelope per bucket (every spike kept); bright line: smoothed."
           " Values: the one logged at the step shown (@N: logged at step N, the last that logged it),"
           " [min…max]: the envelope of its bucket.")

@@ -43,7 +43,7 @@ class ChartGrid(Vertical):
               Binding("shift+left", "cursor(-10)", show=False), Binding("shift+right", "cursor(10)", show=False)),
         *keys("cursor to the first / last step",
               Binding("home", "cursor_edge(0)", show=False), Binding("end", "cursor_edge(1)", show=False)),
-        *keys("cursor to the next / previous marker (anomaly ✕, GitHub event │)",
+        *keys("cursor to the next / previous marker (anomaly ✕, alert ⚑, GitHub event │)",
               Binding("n", "marker(1)", show=False), Binding("p", "marker(-1)", show=False)),
         *keys("zoom in / out around the cursor (mouse wheel: around the pointer)",
               Binding("plus,equals_sign", "zoom(0.5)", show=False), Binding("minus", "zoom(2.0)", show=False)),
@@ -55,6 +55,7 @@ class ChartGrid(Vertical):
     def __init__(self, state: WatchState, **kw) -> None:
         super().__init__(**kw)
         self.state = state
+        self._focus_after_show: str | None = None     # the key the palette jumped to
 
     def compose(self) -> ComposeResult:
         yield KeyFilter(self.state)
@@ -83,7 +84,17 @@ class ChartGrid(Vertical):
         legend.update(legend_text(view))
         legend.display = bool(view.legend)
         p = view.params
-        return self.page.show(view.sections if not view.error else (), p.cols, p.rows)
+        rebuilt = self.page.show(view.sections if not view.error else (), p.cols, p.rows)
+        chart = self.page.chart_for(self._focus_after_show) if self._focus_after_show else None
+        if chart is not None:
+            self.call_after_refresh(chart.focus)     # once the page's new charts are mounted
+            self._focus_after_show = None
+        return rebuilt
+
+    def jump_to_key(self, key: str) -> None:
+        """The palette's `key:` commands: show the page holding `key` and focus its chart."""
+        self._focus_after_show = key
+        self.state.jump_to_key(key)
 
     def show_readout(self, focused: str | None) -> None:
         """The cursor bar: what every chart reads at the cursor, `focused`'s first."""

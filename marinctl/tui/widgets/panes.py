@@ -182,6 +182,11 @@ class SidePanes(Vertical):
     def system_pane(self) -> SystemPane:
         return self.query_one(SystemPane)
 
+    def remembered(self) -> dict[str, object]:
+        """What watch keeps of the panes between launches (tui/settings.py `Layout`)."""
+        return {"run_pane": self.run_pane.display, "system_pane": self.system_pane.display,
+                "pane_width": self.pane_width}
+
     def toggle(self, pane: EdgeDraggable) -> bool:
         """Open or close `pane`; True when it is now open."""
         pane.display = not pane.display

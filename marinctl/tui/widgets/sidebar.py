@@ -1,18 +1,24 @@
-"""Runs sidebar: hero lineage (stitched, with its fork segments), ladder rungs, local and repro runs."""
+"""Runs sidebar: hero lineage (stitched, with its fork segments), ladder rungs, local and repro runs,
+narrowed by the run filter (widgets/run_filter.py) when one is set."""
 
 from __future__ import annotations
 
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.containers import Vertical
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
 from marinctl import numbers
+from marinctl.analysis.select import Selection, parse
+from marinctl.errors import UserError
 from marinctl.views.run_list import SidebarEntry
 from marinctl.render.chart import overlay_color
 from marinctl.text import inert
 from marinctl.tui.bindings import keys
 from marinctl.tui.state import WatchState
+from marinctl.tui.widgets.run_filter import RunFilter
 
 _DOT = {"live": ("●", "green"), "stale": ("●", "yellow"), "crashed": ("✖", "red"), "finished": ("✔", "cyan")}
 
@@ -26,14 +32,35 @@ class RunsSidebar(OptionList):
         *keys("show the highlighted run (or click it)", Binding("enter", "select", "show", show=False, key_display="enter")),
         *keys("compare: draw the highlighted run on the same charts (again: off)",
               Binding("space", "compare", "compare", show=False)),
+        *keys("filter the runs as `runs --where` does: state:running group~d512 cfg.KEY>=X tag:T name~RE, -term"
+              " negates (empty: every run)", Binding("f", "filter", "filter runs")),
     ]
 
-    def __init__(self, state: WatchState, **kw) -> None:
+    def __init__(self, state: WatchState, expression: str | None = None, **kw) -> None:
+        """`expression`: the run filter remembered for this store (one that no longer parses is dropped)."""
         super().__init__(**kw)
         self.state = state
         self._compared: list[str] = []
         self._entries: tuple[list[SidebarEntry], str | None] | None = None
         self._labels: list | None = None
+        try:
+            self.selection: Selection | None = parse(expression) if expression else None
+        except UserError:
+            self.selection = None
+
+    @property
+    def expression(self) -> str | None:
+        return self.selection.text if self.selection is not None else None
+
+    def select(self, selection: Selection | None) -> None:
+        """Show only the runs `selection` keeps (None: every run)."""
+        self.selection = selection
+        if self._entries is not None:
+            self._labels = None
+            self.show_entries(*self._entries)
+
+    def action_filter(self) -> None:
+        self.query_ancestor(RunsColumn).open_filter()
 
     def on_mount(self) -> None:
         self.border_title = "runs"
@@ -50,12 +77,15 @@ class RunsSidebar(OptionList):
             self.notify("highlight a run in the sidebar first (tab to it, ↑ ↓)")
             return
         ref = self.get_option_at_index(self.highlighted).id
-        if ref == self.state.params.ref or (self.state.view and ref == self.state.view.ref):
+        if ref is None:
+            return
+        current = self._entries[1] if self._entries is not None else None
+        if ref in (self.state.params.ref, current) or (self.state.view and ref == self.state.view.ref):
             self.notify("that is the run on screen; pick another run to compare with it")
             return
         if self.state.toggle_compare(ref):
-            self.notify(f"comparing with {inert(str(ref), single_line=True)} (space again: take it off)", timeout=3,
-                        markup=False)
+            self.notify(f"comparing with {inert(str(ref), single_line=True)} (d: how they differ; space again: take"
+                        " it off)", timeout=3, markup=False)
         self.compared = list(self.state.params.compare)
 
     def clear_compare(self) -> None:
@@ -74,7 +104,14 @@ class RunsSidebar(OptionList):
             self.show_entries(*self._entries)
 
     def show_entries(self, entries: list[SidebarEntry], current: str | None) -> None:
+        """The runs of `entries` the filter keeps; `current`: the sidebar ref of the run on screen."""
         self._entries = (entries, current)
+        every = entries
+        if self.selection is not None:
+            entries = [e for e in entries if self.selection(e.record)]
+        runs = sum(1 for e in every if e.kind != "hero")       # the stitched lineage is a view of runs listed below it
+        self.border_subtitle = (f"{sum(1 for e in entries if e.kind != 'hero')} of {runs} runs"
+                                if self.selection is not None else "")
         labels = [(e.label, e.liveness, e.last_step, e.segment_start) for e in entries] + [tuple(self._compared)]
         if [o.id for o in self.options] == [e.ref for e in entries] and self._labels == labels:
             return
@@ -96,6 +133,8 @@ class RunsSidebar(OptionList):
             label.append(fit(name, 28 - len(step)), style="bold" if e.kind == "hero" else "")
             label.append(step, style="dim")
             self.add_option(Option(label, id=e.ref))
+        if not entries and self.selection is not None:
+            self.add_option(Option(Text("no run matches: f to change the filter", style="dim"), disabled=True))
         refs = [e.ref for e in entries]
         if was in refs and was != current:          # a live refresh keeps the run the user moved to
             self.highlighted = refs.index(was)
@@ -103,6 +142,29 @@ class RunsSidebar(OptionList):
             self.highlighted = refs.index(current)
         elif highlighted is not None and highlighted < len(refs):
             self.highlighted = highlighted
+
+
+class RunsColumn(Vertical):
+    """The runs sidebar with its filter box over it (hidden until `f`, or `w` anywhere)."""
+
+    def __init__(self, sidebar: RunsSidebar, **kw) -> None:
+        super().__init__(**kw)
+        self.sidebar = sidebar
+
+    def compose(self) -> ComposeResult:
+        yield RunFilter(id="run-filter")
+        yield self.sidebar
+
+    def open_filter(self) -> None:
+        self.display = True
+        self.query_one(RunFilter).open(self.sidebar.expression or "")
+
+    def on_run_filter_applied(self, message: RunFilter.Applied) -> None:
+        self.sidebar.select(message.selection)     # and on to the screen, which remembers it
+
+    def on_run_filter_closed(self, message: RunFilter.Closed) -> None:
+        message.stop()
+        self.sidebar.focus()
 
 
 def fit(text: str, width: int) -> str:

@@ -1,0 +1,139 @@
+"""Alerts in watch (issue 29 §4): watch follows, so each of its sync passes runs the alert pass.
+
+`AlertPasses` is the alert side of `Live` (tui/live.py), run in Live's threads, never on the UI
+thread: after each W&B poll, `after_sync` hands the runs the pass synced to the same
+`FollowAlerts` `sync --follow` holds (sync/alerts.py: the first pass is the baseline, one alert
+per run, cause and episode, kept in the store, so a `sync --follow` beside watch never sends one
+twice); beside a local tail, `tail` runs a loop that scores the runs the tail changed and runs
+the pass when one is due (`LocalChanges`, as `sync --follow` does). New alerts are posted back
+(`AlertsRaised`); `--notify` sinks get them from FollowAlerts' own delivery threads.
+
+`AlertToasts` says each new alert once on screen (UI thread): the ones this watch raised, and
+those a `sync --follow` beside it stored for the run on screen (read with the view). Titles and
+metric names are W&B's text: shown inert, never as markup.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+
+from marinctl.text import inert
+from marinctl.tui import messages as msg
+
+if TYPE_CHECKING:
+    from textual.dom import DOMNode
+
+    from marinctl.analysis.alerts.rules import Rules
+    from marinctl.store import Store
+    from marinctl.sync.alerts import FollowAlerts
+
+TAIL_TICK_S = 0.2          # how often the local loop asks whether a pass is due
+CLOSE_WAIT_S = 1.0         # on quit, the most a sink's current try is waited for (claims are given back after)
+TOAST_S = 20.0             # an alert stays on screen this long
+
+
+class AlertPasses:
+    """FollowAlerts run after watch's sync passes, in the threads that ran them."""
+
+    def __init__(self, node: DOMNode, store: Store, rules: Rules | None, sinks: Sequence = ()) -> None:
+        self._node, self._store, self._rules, self._sinks = node, store, rules, list(sinks)
+        self._alerts: FollowAlerts | None = None
+        self._lock = threading.Lock()
+        self._failing = False
+        self._closed = False
+
+    def after_sync(self, uids: Iterable[str], *, detect: bool = False) -> None:
+        """One alert pass over `uids` (and every run followed so far); the new alerts posted back."""
+        alerts = self._follow()
+        if alerts is None:
+            return
+        try:
+            new = alerts.after_pass(uids, detect=detect)
+        except Exception as exc:  # noqa: BLE001 — a busy store: the next pass tries again
+            if not self._failing:
+                self._say(f"alerts not checked this pass ({type(exc).__name__}: {exc}); trying again at the next",
+                          problem=True)
+            self._failing = True
+            return
+        self._failing = False
+        if new:
+            self._node.post_message(msg.AlertsRaised(new))
+
+    def tail(self, stop: threading.Event, polled: threading.Event, uids_at: Callable[[], list[str]]) -> Callable:
+        """The local tail's side: returns its `on_update`; a thread runs the passes until `stop`.
+        The first pass, once the tail has `polled` the files (caught up), is every followed run's
+        baseline (`uids_at()`): what was logged before watch started raises nothing."""
+        from marinctl.sync.alerts import LocalChanges
+
+        changes = LocalChanges()
+
+        def loop() -> None:
+            while not stop.is_set() and not polled.wait(TAIL_TICK_S):
+                pass
+            if stop.is_set():
+                return
+            changes.take(self._store)
+            self.after_sync(uids_at(), detect=True)
+            while not stop.wait(TAIL_TICK_S):
+                if changes.due():
+                    self.after_sync(changes.take(self._store), detect=True)
+
+        threading.Thread(target=loop, name="watch alerts", daemon=True).start()
+        return changes.add
+
+    def close(self) -> None:
+        """Stop delivering, off the UI thread: each sink's current try ends (bounded), claims are given back."""
+        with self._lock:
+            self._closed, alerts = True, self._alerts
+        if alerts is not None and alerts.delivery is not None:
+            threading.Thread(target=alerts.close, args=(CLOSE_WAIT_S,), name="watch alerts close").start()
+
+    def _follow(self) -> FollowAlerts | None:
+        """The follow's FollowAlerts, made at its first pass (None once watch is closing)."""
+        with self._lock:
+            if self._closed:
+                return None
+            if self._alerts is None:
+                from marinctl.sync.alerts import FollowAlerts
+
+                self._alerts = FollowAlerts(self._store, self._rules, self._sinks,
+                                            warn=lambda text: self._say(text, problem=True))
+            return self._alerts
+
+    def _say(self, text: str, problem: bool = False) -> None:
+        self._node.post_message(msg.FollowStatus(text, problem=problem))
+
+
+class AlertToasts:
+    """Each alert fired since watch started, said once as a notification."""
+
+    def __init__(self, notify: Callable[..., Any]) -> None:
+        self._notify = notify
+        self._since = datetime.now(timezone.utc)
+        self._said: set[int] = set()
+
+    def show(self, alerts: Iterable[dict[str, Any]]) -> int:
+        """Toast the alerts not said yet (fired after watch started), oldest first; how many."""
+        fresh = [a for a in alerts if a["alert_id"] not in self._said and _after(a.get("fired_at"), self._since)]
+        for a in sorted(fresh, key=lambda a: a["alert_id"]):
+            self._said.add(a["alert_id"])
+            self._notify(toast_text(a), title=inert(a.get("title"), single_line=True)[:200] or "alert",
+                         severity="error" if a.get("severity") == "high" else "warning", timeout=TOAST_S,
+                         markup=False)
+        return len(fresh)
+
+
+def toast_text(alert: dict[str, Any]) -> str:
+    """Cause class, severity and where, then the command that explains it (untrusted names inert)."""
+    where = f" · {inert(alert['metric'], single_line=True)[:80]}" if alert.get("metric") else ""
+    run = inert(alert.get("run_id") or alert.get("run_uid") or "", single_line=True)[:80]
+    return (f"{alert.get('cause_class')} · {alert.get('severity')}{where} · {run}\n"
+            f"{inert(alert.get('command'), single_line=True)}")
+
+
+def _after(fired: Any, since: datetime) -> bool:
+    if not isinstance(fired, datetime):
+        return True     # this watch's own pass raised it
+    return (fired if fired.tzinfo else fired.replace(tzinfo=timezone.utc)) >= since
