@@ -29,7 +29,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.fakes import incidents as I  # noqa: E402
 from tests.fakes import runbook as R  # noqa: E402
 from tests.fakes.load import load_into_store  # noqa: E402
 

@@ -182,7 +182,6 @@ async def _measure(db: Path, t_process: float, keys: int, idle_s: float) -> dict
 
 
 def run_child(tree: Path, db: Path, keys: int, idle_s: float) -> dict:
-    import os
     import subprocess
     import sys
     import tempfile

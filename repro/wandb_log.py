@@ -39,8 +39,6 @@ def open_run(out_dir: Path, run_id: str, config: dict[str, Any], *, group: str, 
 
 
 def finish_run(run, summary: dict[str, Any], exit_code: int) -> None:
-    import wandb
-
     for key, value in summary.items():
         if isinstance(value, (int, float, str)) and value is not None:
             run.summary[key] = value

@@ -92,6 +92,14 @@ def cli_json(cli, *args: str) -> Any:
     return strict_json(out)
 
 
+def home_json(home: Path, *args: str, env: dict[str, str], timeout: float = 300) -> Any:
+    """`marinctl --home HOME ARGS` in its own process (which must succeed and print JSON), parsed."""
+    proc = subprocess.run([*MARINCTL, "--home", str(home), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
 def strict_json(text: str) -> Any:
     def refuse(token: str):
         raise AssertionError(f"output is not strict JSON: bare {token}")

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from tests.blackbox import cli_json, env_with, marinctl_proc, marinctl_run, run_cli, sdk_env, sdk_write, stderr_lines, sync_served
+from tests.blackbox import cli_json, env_with, marinctl_proc, marinctl_run, run_cli, sdk_env, sdk_write, sync_served
 
 # The contract's minimum fields (shared/cli-contract.md, "Commands" and "explain step N --json").
 SYNC = {"runs", "events_added"}

@@ -13,13 +13,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from tests.blackbox import home_json
 from tests.fakes import incidents as I
 from tests.fakes.wandb_server import WandbServer
 
@@ -39,13 +38,6 @@ class World:
         return f"World({str(self.home)!r}, {len(self.incidents)} incidents)"
 
 
-def _marinctl(home: Path, *args: str, env: dict[str, str]) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "marinctl", "--home", str(home), *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> World:
     """Every incident mirrored into one store: served ones over W&B's GraphQL, offline ones from `.wandb` files."""
@@ -59,7 +51,7 @@ def world(tmp_path_factory) -> World:
     served = [r for n, inc in incidents.items() if I.REGISTRY[n][1] == "server" for r in inc.runs]
     try:
         with WandbServer(served, verbose=False) as server:
-            report = _marinctl(home, "sync", f"{I.ENTITY}/{I.PROJECT}", "--json", env={**env, "WANDB_BASE_URL": server.url})
+            report = home_json(home, "sync", f"{I.ENTITY}/{I.PROJECT}", "--json", env={**env, "WANDB_BASE_URL": server.url})
         assert {r["run"] for r in report["runs"]} == {r.run_id for r in served}
         _, err = writer.communicate(timeout=300)
         assert writer.returncode == 0, err.decode()[-2000:]
@@ -67,7 +59,7 @@ def world(tmp_path_factory) -> World:
         if writer.poll() is None:
             writer.kill()
             writer.wait()
-    report = _marinctl(home, "sync", str(offline / "wandb"), "--json", env=env)
+    report = home_json(home, "sync", str(offline / "wandb"), "--json", env=env)
     assert len(report["runs"]) == sum(len(incidents[n].runs) for n, (_, how) in I.REGISTRY.items() if how == "offline")
     return World(home, incidents)
 

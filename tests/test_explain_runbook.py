@@ -13,13 +13,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from tests.blackbox import home_json
 from tests.fakes import incidents as I
 from tests.fakes import runbook as R
 from tests.fakes.wandb_server import WandbServer
@@ -40,13 +39,6 @@ class World:
         return f"World({str(self.home)!r}, {len(self.incidents)} incidents, {len(self.sweep)} healthy runs)"
 
 
-def _marinctl(home: Path, *args: str, env: dict[str, str]) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "marinctl", "--home", str(home), *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> World:
     """Every SYNTHETIC runbook incident, the healthy sweep and the spike-size runs, synced over W&B's GraphQL."""
@@ -59,7 +51,7 @@ def world(tmp_path_factory) -> World:
                PYTHONPATH=str(ROOT))
     runs = [r for inc in incidents.values() for r in inc.runs] + sweep + spikes
     with WandbServer(runs, verbose=False) as server:
-        report = _marinctl(home, "sync", f"{I.ENTITY}/{I.PROJECT}", f"{I.ENTITY}/{R.SWEEP_PROJECT}", "--json",
+        report = home_json(home, "sync", f"{I.ENTITY}/{I.PROJECT}", f"{I.ENTITY}/{R.SWEEP_PROJECT}", "--json",
                            env={**env, "WANDB_BASE_URL": server.url})
     assert {r["run"] for r in report["runs"]} == {r.run_id for r in runs}
     return World(home, incidents, sweep, spikes)
@@ -266,7 +258,7 @@ def _sync_in_stages(tmp_path, run, stages: list[int]) -> tuple[Path, dict]:
             else:
                 run.state = "finished"
                 run._touch()
-            _marinctl(home, "sync", f"{I.ENTITY}/{I.PROJECT}", "--json", env={**env, "WANDB_BASE_URL": server.url})
+            home_json(home, "sync", f"{I.ENTITY}/{I.PROJECT}", "--json", env={**env, "WANDB_BASE_URL": server.url})
     return home, env
 
 

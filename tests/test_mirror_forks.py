@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from repro.wandb_log import teardown as teardown_wandb  # wandb.teardown() that cannot wait for ever
-from tests.blackbox import cli_json, export_rows, marinctl_run, run_cli, sdk_env, sdk_write, sync_served
+from tests.blackbox import cli_json, export_rows, marinctl_run, sdk_env, sdk_write, sync_served
 
 E, P = "synthetic-lab", "forks-synthetic"
 

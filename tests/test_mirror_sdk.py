@@ -25,7 +25,7 @@ import pytest
 
 from tests.blackbox import (
     assert_same_values, cli_json, export_rows, export_values, leet_summary, logged_values, marinctl_run,
-    run_cli, sdk_env, sdk_write, strict_json, wandb_files,
+    run_cli, sdk_env, sdk_write, wandb_files,
 )
 
 NESTED, RESUME_STEPS, RESUME_FREE = "nested-synthetic", "resume-steps-synthetic", "resume-free-synthetic"

@@ -24,8 +24,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.blackbox import (cli_json, env_with, export_rows, marinctl_proc, marinctl_run, run_cli, start_wandb,
-                            wait_until)
+from tests.blackbox import (cli_json, env_with, export_rows, marinctl_proc, marinctl_run, run_cli, start_wandb)
 from tests.fakes.sweep import ENTITY, short_runs
 from tests.fakes.wandb_history import system_events
 

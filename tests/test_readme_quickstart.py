@@ -30,10 +30,9 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 
 from tests.blackbox import ROOT, env_with, marinctl_proc, marinctl_run, sdk_env, sdk_write
-from tests.watch_pilot import open_watch, run_test, screen, settle
+from tests.watch_pilot import open_watch, run_test, settle
 
 
 def quickstart() -> list[list[str]]:

@@ -23,7 +23,6 @@ import random
 import signal
 import subprocess
 import threading
-import time
 
 import pytest
 

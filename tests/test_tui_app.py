@@ -10,16 +10,14 @@ from __future__ import annotations
 import re
 import sys
 import threading
-import time
 
 import pytest
 
 from marinctl.errors import RuntimeFailure
 from marinctl.tui.app import WatchApp
-from marinctl.tui.capture import screen_text
 from marinctl.tui.charts import MetricChart
 from tests.tui_store import EVENT_STEP, SPIKE_STEP
-from tests.watch_pilot import settle, wait_for_text
+from tests.watch_pilot import settle, until, wait_for_text
 
 SIZE = (150, 48)
 pytestmark = pytest.mark.asyncio
@@ -56,18 +54,6 @@ def cursor(text: str) -> int | None:
 def window(text: str) -> tuple[int, int] | None:
     m = re.search(r"steps ([\d,]+)–([\d,]+)", view_line(text))
     return (int(m.group(1).replace(",", "")), int(m.group(2).replace(",", ""))) if m else None
-
-
-async def until(pilot, pred, what: str, timeout: float = 20.0) -> str:
-    """Poll the screen until `pred(screen)` holds (returns the screen) or fail saying `what`."""
-    deadline = time.monotonic() + timeout
-    text = screen_text(pilot.app)
-    while time.monotonic() < deadline:
-        text = screen_text(pilot.app)
-        if pred(text):
-            return text
-        await pilot.pause(0.05)
-    raise AssertionError(f"{what}: not seen within {timeout:.0f} s\n{text}")
 
 
 def charts(app) -> list[MetricChart]:

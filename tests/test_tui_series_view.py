@@ -13,7 +13,7 @@ from marinctl.views import chart_axis, chart_data, run_header, run_list, watch_v
 from marinctl.analysis.schedule import schedule_of_target
 from marinctl.store import metrics as M
 from marinctl.store.lineage import resolve_target
-from tests.tui_store import EVENT_STEP, SPIKE_STEP, build_watch_store
+from tests.tui_store import EVENT_STEP, SPIKE_STEP
 
 LONG = 400_000
 SPIKE_AT = 123_457

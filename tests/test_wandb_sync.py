@@ -20,9 +20,8 @@ import pytest
 
 from repro.wandb_log import teardown as teardown_wandb  # wandb.teardown() that cannot wait for ever
 from marinctl.store import Store
-from marinctl.sync import sync_targets
 from tests.fakes.synth import hero_lineage, ladder_runs, marin_run
-from tests.fakes.wandb_server import Faults, Rewind
+from tests.fakes.wandb_server import Faults
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "marin-community/marin_moe"

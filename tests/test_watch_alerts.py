@@ -23,7 +23,7 @@ from tests.fakes import incidents as I
 from tests.fakes.growing import Feed, growing_run
 from tests.fakes.wandb_server import WandbServer
 from tests.fakes.webhook_receiver import WebhookReceiver
-from tests.watch_pilot import run_test, screen, settle, wait_for_text
+from tests.watch_pilot import run_test, settle, wait_for_text
 
 WAIT_S = 45.0
 MARK = "⚑"

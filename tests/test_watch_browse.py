@@ -15,7 +15,7 @@ import pytest
 
 from marinctl.tui.widgets.sidebar import RunsSidebar
 from tests.tui_store import build_watch_store
-from tests.watch_pilot import open_watch, run_test, screen, settle, wait_for_text
+from tests.watch_pilot import open_watch, run_test, settle, wait_for_text
 
 pytestmark = pytest.mark.asyncio
 
@@ -76,7 +76,7 @@ async def test_pages_grid_filter_counts_and_the_layout_is_remembered(db):
     app = open_watch(db, "hero")
     async with run_test(app) as pilot:
         text = await ready(pilot)
-        assert f"page 1/" in view_line(text) and f"2×4 grid · {len(browsable)} keys" in view_line(text)
+        assert "page 1/" in view_line(text) and f"2×4 grid · {len(browsable)} keys" in view_line(text)
         assert "▾ overview (8 keys)" in text                        # the curated page first
         pages = int(re.search(r"page 1/(\d+)", view_line(text)).group(1))
         assert pages > 1

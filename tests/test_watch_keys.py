@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import re
 import shutil
-import time
 
 import pytest
 
 from tests.run_kinds import KINDS, SCHEDULES, TINY_ID, kinds_home, local_wandb_dir
-from tests.watch_pilot import header, open_watch, run_test, screen, settle, wait_for_text
+from tests.watch_pilot import header, open_watch, run_test, screen, settle, until, wait_for_text
 
 pytestmark = pytest.mark.asyncio
 
@@ -62,18 +61,6 @@ def zoom_range(text: str) -> tuple[int, int] | None:
 async def press(pilot, *keys: str) -> str:
     await pilot.press(*keys)
     return await settle(pilot)
-
-
-async def until(pilot, pred, what: str, timeout: float = 20.0) -> str:
-    """Poll the screen until `pred(screen)` holds (returns the screen) or fail saying `what`."""
-    deadline = time.monotonic() + timeout
-    text = screen(pilot.app)
-    while time.monotonic() < deadline:
-        text = screen(pilot.app)
-        if pred(text):
-            return text
-        await pilot.pause(0.05)
-    raise AssertionError(f"{what}: not seen within {timeout:.0f} s\n{text}")
 
 
 async def key(pilot, keys: str, pred, what: str) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import re
-import time
 from datetime import datetime, timezone
 
 import numpy as np
@@ -21,7 +20,7 @@ import pytest
 
 from marinctl import numbers as N
 from marinctl.tui.widgets.sidebar import RunsSidebar
-from tests.watch_pilot import open_watch, run_test, screen, settle, wait_for_text
+from tests.watch_pilot import open_watch, run_test, screen, settle, until, wait_for_text
 
 STEPS = 1000
 SPIKE = 503
@@ -71,18 +70,6 @@ def readout(text: str) -> str:
 def cursor(line: str) -> int | None:
     m = re.search(r"▏step ([\d,]+)", line)
     return int(m.group(1).replace(",", "")) if m else None
-
-
-async def until(pilot, pred, what: str, timeout: float = 20.0) -> str:
-    """Poll the screen until `pred(screen)` holds (returns the screen) or fail saying `what`."""
-    deadline = time.monotonic() + timeout
-    text = screen(pilot.app)
-    while time.monotonic() < deadline:
-        text = screen(pilot.app)
-        if pred(text):
-            return text
-        await pilot.pause(0.05)
-    raise AssertionError(f"{what}: not seen within {timeout:.0f} s\n{text}")
 
 
 def part(line: str, label: str) -> str:

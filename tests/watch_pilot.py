@@ -72,6 +72,18 @@ async def wait_for_text(pilot, *needles: str, timeout: float = 20.0) -> str:
     raise AssertionError(f"not on screen: {missing}\n{text}")
 
 
+async def until(pilot, pred, what: str, timeout: float = 20.0) -> str:
+    """Poll the screen until `pred(screen)` holds (returns the screen) or fail saying `what`."""
+    deadline = time.monotonic() + timeout
+    text = screen(pilot.app)
+    while time.monotonic() < deadline:
+        text = screen(pilot.app)
+        if pred(text):
+            return text
+        await pilot.pause(0.05)
+    raise AssertionError(f"{what}: not seen within {timeout:.0f} s\n{text}")
+
+
 def header(text: str) -> str:
     """The header strip: the screen's first lines, down to the view line (x: … · smoothing: …)."""
     lines = text.splitlines()

@@ -94,7 +94,7 @@ def _watch_command(target: str | None) -> tuple[str, str]:
 def _listen_failure(exc: OSError, host: str, port: int) -> Exception:
     if exc.errno == errno.EADDRINUSE:
         return RuntimeFailure(f"cannot listen on {host}:{port}: the port is in use",
-                              f"pick another with --port, or --port 0 for a free one")
+                              "pick another with --port, or --port 0 for a free one")
     if isinstance(exc, socket.gaierror) or exc.errno in (errno.EADDRNOTAVAIL, errno.EINVAL):
         return UserError(f"cannot listen on {host!r}: it is not an address of this machine",
                          "marinctl serve --host 127.0.0.1 (or 0.0.0.0 for every address, with a token)")

@@ -30,7 +30,6 @@ from marinctl.errors import RuntimeFailure
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
-    import pyarrow.types as pt
 
 STEP = "_step"
 MAX_VALUES_PER_READ = 4_000_000   # decoded values per read call (~32 MB of float64)
@@ -46,7 +45,6 @@ def _numeric(t: pa.DataType) -> bool:
 
 def key_columns(schema: pa.Schema) -> dict[str, Column]:
     """{metric key: where its values are}, for every numeric column and numeric struct field."""
-    import pyarrow as pa
     import pyarrow.types as pt
     out: dict[str, Column] = {}
     nested: dict[str, Column] = {}

@@ -22,9 +22,11 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlparse
+
+from .loopback import Loopback
 
 
 def _user(login: str) -> dict[str, Any]:
@@ -45,7 +47,7 @@ class Repo:
 
 
 class FakeGitHub:
-    """The server's state plus a running ThreadingHTTPServer; use as a context manager."""
+    """The server's state plus a running loopback server; use as a context manager."""
 
     def __init__(self, *, rate_limit: int = 5000, count_304: bool = False):
         self.repos: dict[str, Repo] = {}
@@ -58,8 +60,7 @@ class FakeGitHub:
         self.count_304 = count_304                        # GitHub does not count 304s for authorized calls
         self.secondary: list[tuple[int, int]] = []         # queued (status, retry_after) answers
         self._next_id = 1000
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._loop: Loopback | None = None
 
     # -- data ----------------------------------------------------------------------------
     def repo(self, full: str) -> Repo:
@@ -175,23 +176,17 @@ class FakeGitHub:
     # -- server --------------------------------------------------------------------------
     @property
     def url(self) -> str:
-        assert self._server is not None, "start the server first"
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        assert self._loop is not None, "start the server first"
+        return self._loop.url
 
     def __enter__(self) -> "FakeGitHub":
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.start()
+        self._loop = Loopback(_handler(self), name="synthetic-github").start()
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._server:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread:
-            self._thread.join(timeout=5)
+        if self._loop is not None:
+            self._loop.stop()
+            self._loop = None
 
     # -- routing -------------------------------------------------------------------------
     def route(self, path: str, query: dict[str, str]) -> tuple[int, Any]:

@@ -70,12 +70,13 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 from graphql import GraphQLError, execute, parse, validate
 
+from .loopback import Loopback
 from .synth import SynthRun
 from .wandb_history import HistoryView
 from .wandb_schema import SCHEMA, Root
@@ -224,14 +225,6 @@ class _Handler(BaseHTTPRequestHandler):
     do_HEAD = do_GET
 
 
-class _QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address) -> None:
-        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
-            super().handle_error(request, client_address)
-
-
 class WandbServer:
     """W&B-compatible GraphQL server over SYNTHETIC runs on 127.0.0.1:<free port>.
 
@@ -270,27 +263,20 @@ class WandbServer:
         self._exports: dict[str, tuple[tuple, list[Path]]] = {}
         self._files: dict[str, Path] = {}
         self._tmp: Path | None = None
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._loop: Loopback | None = None
         self._rewind_done = False
 
     # --- lifecycle ---------------------------------------------------------------------
     def start(self) -> "WandbServer":
         handler = type("Handler", (_Handler,), {"owner": self})
-        self._httpd = _QuietServer(("127.0.0.1", self._port), handler)
+        self._loop = Loopback(handler, name="synthetic-wandb", port=self._port).start()
         self._tmp = Path(tempfile.mkdtemp(prefix="synthetic-wandb-"))
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="synthetic-wandb", daemon=True)
-        self._thread.start()
         return self
 
     def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        if self._loop is not None:
+            self._loop.stop()
+            self._loop = None
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
@@ -303,9 +289,8 @@ class WandbServer:
 
     @property
     def url(self) -> str:
-        assert self._httpd is not None, "server not started"
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        assert self._loop is not None, "server not started"
+        return self._loop.url
 
     @contextlib.contextmanager
     def answering(self):

@@ -14,8 +14,10 @@ import json
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
+
+from .loopback import Loopback
 
 
 @dataclass
@@ -58,24 +60,17 @@ class WebhookReceiver:
         self.fail_first, self.delay_s = fail_first, delay_s
         self.posts: list[Post] = []
         self.lock = threading.Lock()
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._loop: Loopback | None = None
 
     def start(self) -> "WebhookReceiver":
         handler = type("Handler", (_Handler,), {"owner": self})
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="synthetic-webhook", daemon=True)
-        self._thread.start()
+        self._loop = Loopback(handler, name="synthetic-webhook").start()
         return self
 
     def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        if self._loop is not None:
+            self._loop.stop()
+            self._loop = None
 
     def __enter__(self) -> "WebhookReceiver":
         return self.start()
@@ -85,9 +80,8 @@ class WebhookReceiver:
 
     @property
     def url(self) -> str:
-        assert self._httpd is not None
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        assert self._loop is not None, "start the receiver first"
+        return self._loop.url
 
     def accepted(self, path_prefix: str = "") -> list[Post]:
         """POSTs answered 2xx (under `path_prefix`), in arrival order."""
