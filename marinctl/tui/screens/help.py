@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.containers import Grid, VerticalScroll
 from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Static
@@ -28,12 +28,21 @@ class HelpScreen(ModalScreen[None]):
         self.sections = sections
 
     def compose(self) -> ComposeResult:
-        rows = [row for _, section in self.sections for row in section] + [("mouse", MOUSE)]
-        width = max(len(k) for k, _ in rows)
-        lines = ["[b]marinctl watch — keys[/b]"]
-        for title, section in self.sections:
-            lines += ["", f"[dim]{escape(title)}[/dim]"]
-            lines += [f"[b $accent]{escape(k.ljust(width))}[/]  {escape(v)}" for k, v in section]
-        lines += ["", f"[b $accent]{'mouse'.ljust(width)}[/]  {escape(MOUSE)}", "", f"[dim]{escape(LEGEND)}[/dim]"]
+        # one grid row a key: a description that wraps stays in its own column, under its first line
         with VerticalScroll(id="help-body"):
-            yield Static("\n".join(lines), id="help-text")
+            yield Static("[b]marinctl watch — keys[/b]")
+            for title, section in self.sections:
+                yield Static(f"[dim]{escape(title)}[/dim]", classes="help-section")
+                with Grid(classes="help-keys"):
+                    for k, v in section:
+                        yield Static(f"[b $accent]{escape(k)}[/]", classes="help-key")
+                        yield Static(escape(v), classes="help-what")
+            with Grid(classes="help-keys"):
+                yield Static("[b $accent]mouse[/]", classes="help-key")
+                yield Static(escape(MOUSE), classes="help-what")
+            yield Static(f"[dim]{escape(LEGEND)}[/dim]", classes="help-section")
+
+    def on_mount(self) -> None:
+        width = max(len(k) for _, section in self.sections for k, _ in section)
+        for grid in self.query(".help-keys"):
+            grid.styles.grid_columns = f"{max(width, len('mouse'))} 1fr"
