@@ -24,7 +24,6 @@ import argparse
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -36,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.blackbox import interrupt  # noqa: E402
 from tests.fakes.growing import Feed, growing_run  # noqa: E402
 from tests.fakes.wandb_server import WandbServer  # noqa: E402
 from tests.fakes.webhook_receiver import WebhookReceiver  # noqa: E402
@@ -93,11 +93,7 @@ def one_mode(args, notify: bool, root: Path = ROOT) -> list[dict]:
                 _wait(lambda: len(hook.posts) >= len(spikes) if notify else
                       any(_synced(l, feed.last_step) for _, l in lines), 30)
             finally:
-                os.killpg(proc.pid, signal.SIGINT)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
+                interrupt(proc)
                 served.stop()
             posts = {p.body["step"]: p.at for p in hook.posts if p.body}
             for s in spikes:

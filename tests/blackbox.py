@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -223,3 +224,18 @@ def wait_until(cond: Callable[[], bool], timeout: float = 30.0, step: float = 0.
             return True
         time.sleep(step)
     return cond()
+
+
+def interrupt(proc: subprocess.Popen, timeout: float = 30) -> bool:
+    """Ctrl-C to the process group (started with `start_new_session=True`), as a terminal sends it;
+    SIGKILL when it has not ended within `timeout`. True when Ctrl-C alone ended it."""
+    if proc.poll() is not None:
+        return True
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(timeout=timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        return False

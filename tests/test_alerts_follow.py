@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.blackbox import MARINCTL, ROOT, strict_json
+from tests.blackbox import MARINCTL, ROOT, interrupt, strict_json
 from tests.fakes.growing import Feed, growing_run
 from tests.fakes.wandb_server import WandbServer
 from tests.fakes.webhook_receiver import WebhookReceiver
@@ -70,14 +70,8 @@ class Follower:
 
     def stop(self) -> int:
         """Ctrl-C to the group, as a terminal sends it; SIGKILL if it does not end."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGINT)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
-                raise AssertionError(f"the follower did not stop on Ctrl-C:\n{self.err[-2000:]}")
+        if not interrupt(self.proc):
+            raise AssertionError(f"the follower did not stop on Ctrl-C:\n{self.err[-2000:]}")
         self._reader.join(timeout=5)
         return self.proc.returncode
 

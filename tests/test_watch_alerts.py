@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 
 import pytest
 
-from tests.blackbox import MARINCTL, ROOT
+from tests.blackbox import MARINCTL, ROOT, interrupt
 from tests.fakes import incidents as I
 from tests.fakes.growing import Feed, growing_run
 from tests.fakes.wandb_server import WandbServer
@@ -114,12 +113,7 @@ async def test_a_sync_follow_beside_watch_sends_nothing_twice(tmp_path, monkeypa
                     await wait_for_text(pilot, header_step(feed.grow(6)), timeout=WAIT_S)
                 text = await settle(pilot)
         finally:
-            os.killpg(other.pid, signal.SIGINT)
-            try:
-                other.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(other.pid, signal.SIGKILL)
-                other.wait(timeout=10)
+            interrupt(other)
     assert len(toasts(text)) == 1, text
     assert len(hook.accepted()) == 1, [(p.path, p.body) for p in hook.posts]
 
