@@ -27,7 +27,7 @@ DOCUMENTED_KEYS = ["q", "^c", "?", "^p", "tab", "shift+tab", "/", "esc", "e", "y
                    ">", "pgup", "<", "c", "C", "v", "V", "g", "G", "a", "f", "i", "m", "{", "}", "b", "w", "d", "←", "→",
                    "shift+←", "shift+→", "home", "end", "n", "p", "+", "-", "[", "]", "0", "enter", "space"]
 # What the key bar shows with the cursor bar focused (the start), in its order
-KEY_BAR = ["quit", "help", "filter", "explain", "log-y", "smooth", "x-axis", "overlays", "sync", "next page", "run",
+KEY_BAR = ["quit", "help", "find", "explain", "log-y", "smooth", "x-axis", "overlays", "sync", "next page", "run",
            "system"]
 
 

@@ -50,7 +50,7 @@ class WatchScreen(Screen):
     BINDINGS = [
         *keys("focus: runs sidebar → each chart → the cursor bar", Binding("tab", "app.focus_next", show=False),
               Binding("shift+tab", "app.focus_previous", show=False)),
-        *keys("filter the keys by a regex (the view line counts the matches)", Binding("slash", "filter", "filter")),
+        *keys("filter the keys by a regex (the view line counts the matches)", Binding("slash", "filter", "find")),
         *keys("clear the filter, leave full screen", Binding("escape", "escape", show=False)),
         *keys("explain the step under the cursor", Binding("e", "explain", "explain")),
         *keys("diff the run on screen and the compared one (as `marinctl diff RUN_A RUN_B`)", Binding("d", "diff")),
