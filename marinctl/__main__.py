@@ -1,3 +1,3 @@
-from marinctl.cli import main
+from marinctl.cli import run
 
-main()
+run()
