@@ -8,6 +8,7 @@ Modules import only typer and marinctl's light core at import time; anything hea
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -79,10 +80,14 @@ class _WithoutPandas:
 
 
 def run() -> None:
-    """The `marinctl` process (the console script, `python -m marinctl`): `main` without pandas.
-    Only here: `marinctl.open()` in a notebook hands its tables to pandas, and tests call `main`."""
+    """The `marinctl` process (the console script, `python -m marinctl`): `main` without pandas,
+    with Arrow on the C library's allocator. Only here: `marinctl.open()` in a notebook hands its
+    tables to pandas, and tests call `main`."""
     if "pandas" not in sys.modules:
         sys.meta_path.insert(0, _WithoutPandas)
+    # Arrow's default jemalloc hands freed pages back to the OS and faults them in again: a project
+    # sync spent three times the kernel time of the system allocator doing so (bench/NOTES.md)
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     main()
 
 
