@@ -114,31 +114,3 @@ def test_a_local_run_syncs_without_the_wandb_sdk_and_draws_without_pyarrow(tmp_p
         loaded.append(proc.stdout.strip().splitlines()[-1])
     assert loaded == ["['pyarrow']", "['duckdb', 'pyarrow']", "[]"]
 
-
-def test_the_command_line_never_imports_pandas(tmp_path):
-    """pyarrow imports pandas, where it is installed (the [test] extra has it), the first time it builds an
-    array: 0.2 s of CPU in every sync. The `marinctl` process says pandas is absent; the sync still stores
-    the run. Read from `python -X importtime -m marinctl sync …`, the process a person starts."""
-    import pytest
-
-    from tests.blackbox import sdk_env, sdk_write
-
-    pytest.importorskip("pandas")
-    out = tmp_path / "runs"
-    sdk_write(out, '''
-        run = wandb.init(mode="offline", dir=out, id="pandas-free-synthetic", settings=S())
-        for s in range(20):
-            run.log({"train/loss": 5.0 - 0.01 * s}, step=s)
-        run.finish()
-    ''')
-    env = {**sdk_env(), "MARINCTL_HOME": str(tmp_path / "home")}
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "marinctl", "sync", str(out / "wandb")],
-                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
-    # a refused import is listed too (`pandas` alone); an imported pandas brings its hundreds of submodules
-    assert "pyarrow" in imported and not {m for m in imported if m.startswith("pandas.")}, \
-        sorted(m for m in imported if m.startswith("pandas"))[:10]
-    shown = subprocess.run([sys.executable, "-m", "marinctl", "show", "pandas-free-synthetic", "--json"],
-                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
-    assert shown.returncode == 0 and "pandas-free-synthetic" in shown.stdout, shown.stderr

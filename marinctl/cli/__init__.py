@@ -67,24 +67,10 @@ for _module in (_sync, _runs, _events, _explain, _ladder, _watch, _repro, _serve
     _module.register(app)
 
 
-class _WithoutPandas:
-    """An import finder that says pandas is absent. pyarrow looks for pandas the first time it
-    builds an array and, where pandas is installed, imports it: 0.2 s of CPU in every `sync`,
-    `watch` and `explain`, for a library the command line never hands anything to."""
-
-    @staticmethod
-    def find_spec(name: str, path=None, target=None):
-        if name == "pandas" or name.startswith("pandas."):
-            raise ModuleNotFoundError("the marinctl command line does not use pandas", name=name)
-        return None
-
-
 def run() -> None:
-    """The `marinctl` process (the console script, `python -m marinctl`): `main` without pandas,
-    with Arrow on the C library's allocator. Only here: `marinctl.open()` in a notebook hands its
-    tables to pandas, and tests call `main`."""
-    if "pandas" not in sys.modules:
-        sys.meta_path.insert(0, _WithoutPandas)
+    """The `marinctl` process (the console script, `python -m marinctl`): `main`, with Arrow on the
+    C library's allocator. Only here: `marinctl.open()` in a notebook, and `main` called in-process,
+    keep Arrow's own."""
     # Arrow's default jemalloc hands freed pages back to the OS and faults them in again: a project
     # sync spent three times the kernel time of the system allocator doing so (bench/NOTES.md)
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
