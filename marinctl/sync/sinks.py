@@ -136,26 +136,26 @@ def generic(alert: dict[str, Any], hidden: Sequence[str] = ()) -> dict[str, Any]
 
 def slack(alert: dict[str, Any], hidden: Sequence[str] = ()) -> dict[str, Any]:
     """Slack's incoming-webhook shape: one mrkdwn `text`, links and media not unfurled."""
-    g = generic(alert, hidden)
-    lines = [f"*{g['severity'].upper()} · {g['cause_class']}* — {_slack_prose(g['title'])}",
-             " · ".join(x for x in (_slack_code(g["run_name"] or g["run"]), f"step {N.count(g['step'])}",
-                                    _slack_code(g["metric"]) if g["metric"] else "") if x)]
-    if g["summary"]:
-        lines.append(_slack_prose(g["summary"]))
-    lines.append(f"Look closer: {_slack_code(g['command'])}")
-    return {"text": "\n".join(lines), "mrkdwn": True, "unfurl_links": False, "unfurl_media": False}
+    text = _chat_text(generic(alert, hidden), bold="*", prose=_slack_prose, code=_slack_code)
+    return {"text": text, "mrkdwn": True, "unfurl_links": False, "unfurl_media": False}
 
 
 def discord(alert: dict[str, Any], hidden: Sequence[str] = ()) -> dict[str, Any]:
     """Discord's incoming-webhook shape: `content` with no mention allowed to ping."""
-    g = generic(alert, hidden)
-    lines = [f"**{g['severity'].upper()} · {g['cause_class']}** — {_discord_prose(g['title'])}",
-             " · ".join(x for x in (_discord_code(g["run_name"] or g["run"]), f"step {N.count(g['step'])}",
-                                    _discord_code(g["metric"]) if g["metric"] else "") if x)]
+    text = _chat_text(generic(alert, hidden), bold="**", prose=_discord_prose, code=_discord_code)
+    return {"content": text[:1990], "allowed_mentions": {"parse": []}}
+
+
+def _chat_text(g: dict[str, Any], *, bold: str, prose: Callable[[str], str], code: Callable[[str], str]) -> str:
+    """The lines a chat shows (headline, where, summary, the command), each piece made inert by the
+    chat's own `prose` and `code` escapes."""
+    lines = [f"{bold}{g['severity'].upper()} · {g['cause_class']}{bold} — {prose(g['title'])}",
+             " · ".join(x for x in (code(g["run_name"] or g["run"]), f"step {N.count(g['step'])}",
+                                    code(g["metric"]) if g["metric"] else "") if x)]
     if g["summary"]:
-        lines.append(_discord_prose(g["summary"]))
-    lines.append(f"Look closer: {_discord_code(g['command'])}")
-    return {"content": "\n".join(lines)[:1990], "allowed_mentions": {"parse": []}}
+        lines.append(prose(g["summary"]))
+    lines.append(f"Look closer: {code(g['command'])}")
+    return "\n".join(lines)
 
 
 def _t(text: Any) -> str:
