@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.harness import run_measured  # noqa: E402
+from bench.harness import close_server, run_measured  # noqa: E402
 
 ENTITY, PROJECT = "synthetic-lab", "sweep-synthetic"
 
@@ -95,12 +95,7 @@ class Server:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def close(self) -> None:
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        close_server(self.proc)
 
 
 def compiled(checkout: Path) -> None:

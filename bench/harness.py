@@ -71,12 +71,7 @@ class FakeServer:
 
     def __exit__(self, *exc) -> None:
         if self.proc is not None:
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            close_server(self.proc)
 
     @property
     def target(self) -> str:
@@ -84,6 +79,16 @@ class FakeServer:
 
 
 # --- process-tree RSS -----------------------------------------------------------------------
+
+def close_server(proc: subprocess.Popen) -> None:
+    """End a fake server started in its own process: its stdin closing is its signal to stop."""
+    proc.stdin.close()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
 
 def _children(pid: int) -> list[int]:
     out = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.blackbox import cli_json, run_cli, start_wandb, stderr_lines
+from tests.blackbox import cli_json, run_cli, stderr_lines
 from tests.fakes.sweep import ENTITY, Surface, isoflop_sweep
 
 P = "isoflop-synthetic"
@@ -18,17 +18,12 @@ ONE_SIDED = 3e20                                                     # runs from
 
 @pytest.fixture(scope="module")
 def mc(tmp_path_factory):
-    from tests.blackbox import marinctl_run, sdk_env
+    from tests.blackbox import sdk_env, sync_served
 
     runs = isoflop_sweep(SURFACE, {**GOOD, ONE_SIDED: (2.0, 8.0)}, project=P, runs_per_budget=6, noise=0.002)
     home = tmp_path_factory.mktemp("isoflop-home")
-    server = start_wandb(runs)
-    try:
-        done = marinctl_run(["sync", f"{ENTITY}/{P}"], env={**sdk_env(), "MARINCTL_HOME": str(home),
-                                                             "WANDB_BASE_URL": server.url})
-        assert done.returncode == 0, done.stderr
-    finally:
-        server.stop()
+    done = sync_served(runs, f"{ENTITY}/{P}", env={**sdk_env(), "MARINCTL_HOME": str(home)})
+    assert done.returncode == 0, done.stderr
     return lambda cli: (lambda *args: cli("--home", str(home), *args))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.blackbox import cli_json, run_cli, start_wandb, stderr_lines
+from tests.blackbox import cli_json, run_cli, stderr_lines
 from tests.fakes.sweep import ENTITY, short_runs
 
 P = "select-synthetic"
@@ -22,7 +22,7 @@ SHAPE = {
 
 @pytest.fixture(scope="module")
 def mc(tmp_path_factory):
-    from tests.blackbox import marinctl_run, sdk_env
+    from tests.blackbox import sdk_env, sync_served
 
     runs = short_runs(4, project=P, steps=20) + short_runs(2, project=P, steps=20, prefix="isoflop-1e+18")
     for run, rid in zip(runs, ["short-000-synthetic", "short-001-synthetic", "short-002-synthetic",
@@ -33,13 +33,8 @@ def mc(tmp_path_factory):
         run.config["optimizer"] = {"learning_rate": lr, "beta2": 0.95}
         run.config["model"] = {"hidden_dim": width}
     home = tmp_path_factory.mktemp("select-home")
-    server = start_wandb(runs)
-    try:
-        done = marinctl_run(["sync", f"{ENTITY}/{P}"], env={**sdk_env(), "MARINCTL_HOME": str(home),
-                                                             "WANDB_BASE_URL": server.url})
-        assert done.returncode == 0, done.stderr
-    finally:
-        server.stop()
+    done = sync_served(runs, f"{ENTITY}/{P}", env={**sdk_env(), "MARINCTL_HOME": str(home)})
+    assert done.returncode == 0, done.stderr
     return home
 
 
