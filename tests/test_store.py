@@ -260,3 +260,21 @@ def test_replace_range_stores_every_value_bit_for_bit_and_interns_keys_once(stor
     assert [struct.pack("<d", v) for pk, _, _, v in rows if pk == one] == bits
     assert [(k, s, v) for pk, k, s, v in rows if pk == two] == [("b", 0, 2.0), ("b", 1, 3.0), ("c", 2, None)]
     assert interned == [("a",), ("b",), ("c",)]
+
+
+def test_a_process_killed_after_a_new_stores_first_open_leaves_a_store_the_next_command_opens(tmp_path):
+    """The migrations reach the file before anything else runs: a process that dies right after a new
+    home's first open (no close, no checkpoint) leaves a store the next `marinctl` opens. DuckDB 1.5
+    cannot replay a migration's ALTER TABLE from the WAL (an internal error at every later open)."""
+    import subprocess
+    import sys
+
+    from tests.blackbox import env_with, marinctl_run
+
+    home = tmp_path / "home"
+    # a writer's first connection migrates the new file, then the process dies mid-work (as SIGKILL does)
+    die = ("import os, sys; from marinctl.store import Store\n"
+           "with Store(sys.argv[1]).connect(write=True) as con: os._exit(0)")
+    subprocess.run([sys.executable, "-c", die, str(home / "marinctl.duckdb")], check=True, timeout=60)
+    done = marinctl_run(["--home", str(home), "runs", "--json"], env=env_with())
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr

@@ -64,4 +64,8 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[int]:
     except Exception:
         con.execute("ROLLBACK")
         raise
+    # written into the file now, not left in the WAL: DuckDB 1.5 cannot replay an ALTER TABLE of a
+    # table whose defaults call functions (nextval, current_timestamp), so a process killed after
+    # its first open would leave a store no later process can open
+    con.execute("CHECKPOINT")
     return [version for version, _, _ in pending]
