@@ -135,7 +135,10 @@ async def _measure(db: Path, t_process: float, keys: int, idle_s: float) -> dict
     from textual.widgets import Static
 
     from marinctl.tui.app import WatchApp
-    from marinctl.tui.charts import MetricChart
+    try:
+        from marinctl.tui.widgets.chart import MetricChart
+    except ImportError:       # a tree from before the chart widget moved into widgets/
+        from marinctl.tui.charts import MetricChart
 
     def drawn() -> bool:
         charts = list(app.query(MetricChart))
@@ -214,7 +217,7 @@ async def capture(store: Store, path: Path, size: tuple[int, int]) -> None:
     """Write the screen as plain text (for the README), cursor on the first marker."""
     from marinctl.tui.app import WatchApp
     from marinctl.tui.capture import screen_text
-    from marinctl.tui.charts import MetricChart
+    from marinctl.tui.widgets.chart import MetricChart
 
     app = WatchApp("hero", 3600, store=store, autosync=False)
     async with app.run_test(size=size) as pilot:

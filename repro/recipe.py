@@ -23,8 +23,7 @@ and trains as logged without it (on CUDA).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 from repro.ladder import rung as rung_row
 from repro.model import ModelConfig
@@ -82,12 +81,6 @@ class TrainConfig:
     def phase_steps(self) -> list[int]:
         """First step of each data phase: the rung's fractions of this run's own schedule."""
         return [round(f * self.steps) for f in self.phase_fractions]
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["model"]["sconv_sites"] = list(self.model.sconv_sites)
-        return d
-
 
 def _eval_every(steps: int) -> int:
     """Every 5 % of the run (Marin's `round(num_steps/20)`)."""

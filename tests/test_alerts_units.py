@@ -12,15 +12,15 @@ import math
 import numpy as np
 import pytest
 
-from marinctl.analysis.alerts import rules as R
+from marinctl.analysis.alerts import rules as alert_rules
 from marinctl.analysis.alerts.conditions import Track, nonfinite_test, rule_test
 from marinctl.errors import UserError
 from marinctl.sync import sinks
 
 
-def _rule(**kw) -> R.Rule:
+def _rule(**kw) -> alert_rules.Rule:
     base = {"name": "synthetic", "metric": "synthetic/x", "kind": "threshold", "window": 2, "above": 5.0}
-    return R.Rule(**{**base, **kw})
+    return alert_rules.Rule(**{**base, **kw})
 
 
 def test_rows_in_a_row_are_one_episode_and_a_later_run_of_rows_another():
@@ -69,10 +69,10 @@ def test_a_rule_selects_runs_by_glob_over_id_name_or_uid():
 
 
 def test_liveness_settings_and_defaults():
-    assert R.parse("[liveness]\nstale_after = 90\n").stale_after == 90.0
+    assert alert_rules.parse("[liveness]\nstale_after = 90\n").stale_after == 90.0
     with pytest.raises(UserError, match="stale_after"):
-        R.parse("[liveness]\nstale_after = -1\n")
-    rules = R.parse("[[rule]]\nname = 'z'\nmetric = 'm'\nkind = 'zscore'\n").rules
+        alert_rules.parse("[liveness]\nstale_after = -1\n")
+    rules = alert_rules.parse("[[rule]]\nname = 'z'\nmetric = 'm'\nkind = 'zscore'\n").rules
     assert rules[0].z == 3.0 and rules[0].window == 100 and rules[0].severity == "medium"
 
 
@@ -119,5 +119,5 @@ def test_the_readme_rule_file_reads_as_written():
     text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     block = re.search(r"```toml\n(# <home>/alerts.toml\n.*?)```", text, re.S)
     assert block, "README.md has no alerts.toml example"
-    got = R.parse(block.group(1))
+    got = alert_rules.parse(block.group(1))
     assert [r.kind for r in got.rules] == ["threshold", "change", "zscore"] and got.stale_after == 600

@@ -70,9 +70,9 @@ _CATCH_UP_CHILD = f"""
 import sys
 from marinctl import paths
 from marinctl.store import open_store
-from marinctl.tui import first_read
+from marinctl.tui import first_read_work
 sent = []
-first_read._plan_and_read(open_store(paths.db_path()), sys.argv[1], (160, 50), sent.append, catch_up=True)
+first_read_work.plan_and_read(open_store(paths.db_path()), sys.argv[1], (160, 50), sent.append, catch_up=True)
 assert [m[0] for m in sent if m[0] in ("plan", "view", "changed")][:2] == ["plan", "view"], sent
 print({_HEAVY_LOADED})
 """

@@ -15,7 +15,7 @@ import pytest
 
 from marinctl.errors import RuntimeFailure
 from marinctl.tui.app import WatchApp
-from marinctl.tui.charts import MetricChart
+from marinctl.tui.widgets.chart import MetricChart
 from tests.tui_store import EVENT_STEP, SPIKE_STEP
 from tests.watch_pilot import settle, until, wait_for_text
 

@@ -49,7 +49,7 @@ def keys_of(db) -> list[str]:
 
 def chart_of(app, key: str):
     """The first chart on screen that shows `key`."""
-    from marinctl.tui.charts import MetricChart
+    from marinctl.tui.widgets.chart import MetricChart
 
     return next(c for c in app.query(MetricChart) if c.key == key)
 

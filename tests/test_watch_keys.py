@@ -81,8 +81,8 @@ def help_keys(text: str) -> set[str]:
 async def test_help_lists_every_key_binding(home):
     """`?` lists every key a person is told about, and every key the screen and its widgets bind."""
     from marinctl.tui.bindings import key_text
-    from marinctl.tui.charts import MetricChart
-    from marinctl.tui.screen import WatchScreen
+    from marinctl.tui.widgets.chart import MetricChart
+    from marinctl.tui.screens.watch import WatchScreen
     from marinctl.tui.widgets.grid import ChartGrid
     from marinctl.tui.widgets.sidebar import RunsSidebar
 

@@ -175,7 +175,7 @@ def _first_read_in_a_fresh_process(wandb_dir: Path, home: Path, body: str, timeo
     script = textwrap.dedent('''
         import os, sys, time
         from marinctl.store import Store
-        from marinctl.tui import first_read
+        from marinctl.tui import first_read, first_read_work
         wandb_dir, home = sys.argv[1], sys.argv[2]
     ''') + textwrap.dedent(body)
     return subprocess.run([sys.executable, "-c", script, str(wandb_dir), str(home)], capture_output=True, text=True,
@@ -187,14 +187,12 @@ def test_the_helper_never_writes_to_the_terminal(run_dir, tmp_path):
     """Whatever the helper would print (a library's warning) goes nowhere: the terminal is the app's."""
     wandb_dir, _ = run_dir
     done = _first_read_in_a_fresh_process(wandb_dir, tmp_path / "home", '''
-        real = first_read._plan_and_read
         def noisy(*args, **kwargs):
             print("helper stdout", flush=True)
             print("helper stderr", file=sys.stderr, flush=True)
             os.write(2, b"helper fd 2\\n")
-            return real(*args, **kwargs)
-        first_read._plan_and_read = noisy
-        early = first_read.FirstRead(Store(os.path.join(home, "marinctl.duckdb")), wandb_dir)
+            return first_read_work.plan_and_read(*args, **kwargs)
+        early = first_read.FirstRead(Store(os.path.join(home, "marinctl.duckdb")), wandb_dir, work=noisy)
         assert early._pid is not None, "no helper forked"
         assert early.plan()[1] == [wandb_dir]
         assert early.wait_done(60)
@@ -210,9 +208,9 @@ def test_a_helper_that_never_answers_does_not_hold_the_watch(run_dir, tmp_path):
     HELPER_WAIT_S and the plan and first view are made here; before, `plan()` waited for ever."""
     wandb_dir, _ = run_dir
     done = _first_read_in_a_fresh_process(wandb_dir, tmp_path / "home", '''
-        first_read._plan_and_read = lambda *a, **k: time.sleep(600)     # only the helper calls it
         first_read.HELPER_WAIT_S = 1.0
-        early = first_read.FirstRead(Store(os.path.join(home, "marinctl.duckdb")), wandb_dir)
+        early = first_read.FirstRead(Store(os.path.join(home, "marinctl.duckdb")), wandb_dir,
+                                     work=lambda *a, **k: time.sleep(600))     # only the helper calls it
         pid = early._pid
         assert pid is not None, "no helper forked"
         plan = early.plan()
@@ -245,7 +243,7 @@ def test_the_first_view_does_not_wait_for_the_key_list(run_dir, tmp_path):
         from dataclasses import replace
         os.environ["OPENBLAS_NUM_THREADS"] = "1"       # as the CLI sets it: numpy's import then starts no thread
         from marinctl.store import series
-        from marinctl.tui import helper, settings
+        from marinctl.tui import settings
         viewed = os.path.join(home, "viewed")
         real = series.keys_of
         def after_the_view(con, run_pks):             # (in the helper) until the app has the view
@@ -254,14 +252,14 @@ def test_the_first_view_does_not_wait_for_the_key_list(run_dir, tmp_path):
                 time.sleep(0.01)
             return real(con, run_pks)
         series.keys_of = after_the_view
-        helper.KEYS_INLINE_STEPS = 0          # as for a long run: its key list follows its view
+        first_read_work.KEYS_INLINE_STEPS = 0          # as for a long run: its key list follows its view
         first_read.HELPER_WAIT_S = 20.0       # a view that waited for the list would not come in time
         store = Store(os.path.join(home, "marinctl.duckdb"))
         early = first_read.FirstRead(store, wandb_dir)
         assert early._pid is not None, "no helper forked"
         ref, _ = early.plan()
-        params = replace(first_read.params_for(settings.load(store.path), ref),
-                         buckets=first_read.bucket_guess(first_read.terminal_size()[0]))
+        params = replace(first_read_work.params_for(settings.load(store.path), ref),
+                         buckets=first_read_work.bucket_guess(first_read.terminal_size()[0]))
         view = early.take(params)
         assert view is not None and view.error is None and "train/loss" in [p.key for p in view.panels], view
         open(viewed, "w").close()
@@ -347,7 +345,7 @@ async def test_a_key_charted_twice_gets_a_frame_for_each_size(run_dir, tmp_path,
     from marinctl.store import Store
     from marinctl.sync.local import sync_path
     from marinctl.tui.app import WatchApp
-    from marinctl.tui.charts import MetricChart
+    from marinctl.tui.widgets.chart import MetricChart
     from tests.watch_pilot import frames_built, on_ui, settle, wait_for_text
 
     wandb_dir, _ = run_dir
@@ -416,7 +414,8 @@ def test_the_helper_draws_the_first_page_and_the_app_shows_its_frames(run_dir, t
         early = first_read.FirstRead(store, wandb_dir)
         assert early._pid is not None, "no helper forked"
         plan = early.plan()
-        from marinctl.tui import charts, frames
+        from marinctl.tui import frames
+        from marinctl.tui.widgets import chart as charts
         from marinctl.tui.app import WatchApp
         built, real = [], frames.build_frame
         def spy(fig, panel, axis, spec, size):
@@ -489,7 +488,7 @@ def test_a_frame_drawn_in_stand_in_colours_recoloured_is_the_theme_s_own(run_dir
     from marinctl.store import Store
     from marinctl.sync.local import sync_path
     from marinctl.tui import frames
-    from marinctl.tui.charts import register_theme
+    from marinctl.tui.widgets.chart import register_theme
     from marinctl.tui.paint import ChartState, spec_for
 
     wandb_dir, _ = run_dir

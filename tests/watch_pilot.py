@@ -99,7 +99,7 @@ def frames_built(monkeypatch) -> list[tuple[str, tuple[int, int], bool]]:
     """(key, size, on the UI thread) of every chart frame built from now on."""
     import threading
 
-    import marinctl.tui.charts as charts
+    import marinctl.tui.widgets.chart as charts
     import marinctl.tui.frames as frames
 
     built, real = [], frames.build_frame

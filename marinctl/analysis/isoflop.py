@@ -128,7 +128,7 @@ class Analysis:
 
 def budget_of(run: dict[str, Any]) -> tuple[float, str] | None:
     """(compute budget, where it came from) of a stored run, or None."""
-    from marinctl.analysis.select import MISSING, lookup
+    from marinctl.run_query import MISSING, lookup
 
     config = run.get("config") or {}
     for key in BUDGET_KEYS:

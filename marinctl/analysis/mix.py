@@ -166,11 +166,6 @@ def file_stages(text: str) -> list[tuple[int | None, dict[str, float]]]:
     return []
 
 
-def file_phase_weights(text: str) -> list[dict[str, float]]:
-    """The weights of a mixture file's phases, in order ([] if none)."""
-    return [w for _, w in file_stages(text)]
-
-
 def file_mix(text: str, sha: str | None, sched: Schedule | None = None) -> Mix | None:
     """`sched`'s data phases (default: the hero's) with a repository file's weights (see module doc);
     a file that gives its own start steps keeps them on the hero's schedule."""

@@ -26,7 +26,7 @@ def isoflop_command(project: str, *, metric: str, pin: float | None, predict: li
             raise UserError(f"--predict compute must be positive, not {c}", "e.g. --predict 1e21")
     select = None
     if where is not None:
-        from marinctl.analysis.select import parse
+        from marinctl.run_query import parse
 
         select = parse(where)
     entity, name = parts

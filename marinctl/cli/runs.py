@@ -63,13 +63,13 @@ def _selection(where: str | None):
     """--where parsed before anything is read (a bad term: exit 2, naming it)."""
     if where is None:
         return None
-    from marinctl.analysis.select import parse
+    from marinctl.run_query import parse
 
     return parse(where)
 
 
 def _grouped(rows: list[dict], key: str, keys: str | None, json_out: bool, where: str | None) -> None:
-    from marinctl.analysis.select import group_by
+    from marinctl.run_query import group_by
     from marinctl.text import inert
 
     wanted = [k.strip() for k in keys.split(",") if k.strip()] if keys else None

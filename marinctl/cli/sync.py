@@ -49,7 +49,7 @@ def sync(
     sinks, rules = sinks_of(notify, follow=follow), rules_of(follow=follow)
     select = None
     if where is not None:
-        from marinctl.analysis.select import parse
+        from marinctl.run_query import parse
 
         select = parse(where)   # a bad term: exit 2 before any request
     try:   # validate before touching network or store (a bare stored run id waits for the store)

@@ -142,14 +142,6 @@ def largest_jump(con: Connection, run_pk: int, key: str, lo: int, hi: int) -> tu
     return int(steps[i + 1]), float(dt[i])
 
 
-def bracket(con: Connection, segments: Sequence[Segment], key: str, around: int,
-            span: int = 10_000) -> tuple[int | None, int | None]:
-    """The logged steps of `key` around a step: (last one before it, first one at or after it)."""
-    steps, _ = scan.arrays(con, segments, key, around - span, around + span + 1)
-    before, after = steps[steps < around], steps[steps >= around]
-    return (int(before.max()) if len(before) else None, int(after.min()) if len(after) else None)
-
-
 def _prefixed(con: Connection, prefix: str, suffix: str = "", exclude: Sequence[str] = ()) -> list[str]:
     skip = set(exclude)
     rows = con.execute("SELECT key FROM metric_keys WHERE starts_with(key, ?) AND ends_with(key, ?)",

@@ -220,21 +220,6 @@ def run_keys(con: duckdb.DuckDBPyConnection, run_pks: Sequence[int]) -> list[str
 Segment = tuple[int, int | None, int | None]  # (run_pk, lo inclusive or None, hi exclusive or None)
 
 
-def segment_filter(segments: Sequence[Segment]) -> tuple[str, list]:
-    clauses, params = [], []
-    for run_pk, lo, hi in segments:
-        c = "(run_pk = ?"
-        params.append(run_pk)
-        if lo is not None:
-            c += " AND step >= ?"
-            params.append(lo)
-        if hi is not None:
-            c += " AND step < ?"
-            params.append(hi)
-        clauses.append(c + ")")
-    return "(" + " OR ".join(clauses) + ")", params
-
-
 def series(
     con: duckdb.DuckDBPyConnection,
     segments: Sequence[Segment],

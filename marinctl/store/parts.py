@@ -32,7 +32,7 @@ import numpy as np
 
 from marinctl.store import engine
 from marinctl.store import Connection, first
-from marinctl.store.part_files import Footer, PartFile, forget, open_part, read_footer
+from marinctl.store.part_files import Footer, forget, open_part, read_footer
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -264,8 +264,3 @@ def lost_from(con: Connection, run_pk: int) -> int | None:
         if not ok:
             lost.append(lo)
     return min(lost) if lost else None
-
-
-def check_footer(path: Path) -> None:
-    """Raise ValueError unless `path` opens as a parquet export (before it is registered)."""
-    PartFile(path)

@@ -1,7 +1,7 @@
 """`marinctl watch`: the live view of a run, its lineage, its markers, every metric, other runs.
 
 The app starts things: it holds the store handle and what the command line asked for, opens the
-watch screen (tui/screen.py), which composes the widgets and keeps the view current, and keeps
+watch screen (tui/screens/watch.py), which composes the widgets and keeps the view current, and keeps
 the app-wide keys (quit, help, the command palette) and the charts' theme.
 """
 
@@ -17,7 +17,7 @@ from marinctl.store import Store
 from marinctl.tui.bindings import help_sections, keys
 from marinctl.tui.commands import MetricKeys, view_commands
 from marinctl.tui.first_read import FirstRead
-from marinctl.tui.screen import WatchScreen
+from marinctl.tui.screens.watch import WatchScreen
 from marinctl.tui.screens.help import HelpScreen
 
 SyncFn = Callable[[Store, list[str]], dict]

@@ -12,14 +12,14 @@ from marinctl.views.metric_pages import browsable, is_system
 from marinctl.text import inert
 
 if TYPE_CHECKING:
-    from marinctl.tui.screen import WatchScreen
+    from marinctl.tui.screens.watch import WatchScreen
 
 
 class MetricKeys(Provider):
     """`key: train/loss`: jump to the page that shows a key (the filter is cleared if it hides it)."""
 
     def _keys(self) -> list[str]:
-        from marinctl.tui.screen import WatchScreen
+        from marinctl.tui.screens.watch import WatchScreen
 
         if not isinstance(self.screen, WatchScreen):     # the palette opened over another screen
             return []

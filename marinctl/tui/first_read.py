@@ -4,7 +4,7 @@ Before the first chart a watch spends its CPU on two independent things: importi
 laying the screen out, and planning TARGET against the store and reading the first view (DuckDB
 and NumPy). In one interpreter they take turns on the GIL, so the second waited on the first.
 `FirstRead` forks before either: the helper (the CLI's own process image, so no interpreter
-start; its work is tui/helper.py) plans TARGET and reads the view on another core, and sends both
+start; its work is tui/first_read_work.py) plans TARGET and reads the view on another core, and sends both
 back pickled through a pipe, while this process imports Textual. `plan()` then answers at once, a
 bad TARGET raising the helper's error (exit 2 before the screen opens), and the first load
 worker takes the view when the parameters it was read with are still the ones asked for (else
@@ -31,15 +31,16 @@ import struct
 import sys
 import threading
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from marinctl.tui.helper import _plan_and_read, _send, bucket_guess, params_for  # noqa: F401 (the app's too)
+from marinctl.tui.first_read_work import plan_and_read, send_message
 
 if TYPE_CHECKING:
     from marinctl.views.watch_view import View, ViewParams
     from marinctl.store import Store
 
 Plan = tuple[str | None, list[str]]
+Work = Callable[..., None]     # (store, target, terminal, send, *, catch_up)
 HELPER_WAIT_S = 60.0     # a plan or first view later than this (the store's lock timeout is 15 s): do it here
 FRAMES_WAIT_S = 0.5      # the first load waits this long at most for frames the helper is drawing
 
@@ -54,8 +55,10 @@ def terminal_size() -> tuple[int, int]:
 class FirstRead:
     """TARGET's plan and first view, computed from now on beside this process."""
 
-    def __init__(self, store: Store, target: str | None) -> None:
-        self._store, self._target = store, target
+    def __init__(self, store: Store, target: str | None, *, work: Work = plan_and_read) -> None:
+        """`work`: what the helper (or the thread) runs, `plan_and_read`'s signature; a test hands in
+        one that is noisy or never answers."""
+        self._store, self._target, self._work = store, target, work
         self._planned = threading.Event()
         self._viewed = threading.Event()
         self._answer: tuple | None = None          # ("plan", plan) or ("error", kind, message, hint)
@@ -95,7 +98,7 @@ class FirstRead:
                 for fd in (0, 1, 2):
                     os.dup2(null, fd)
                 sys.stdout = sys.stderr = open(os.devnull, "w")
-                _plan_and_read(self._store, self._target, terminal, lambda m: _send(w, m), catch_up=True)
+                self._work(self._store, self._target, terminal, lambda m: send_message(w, m), catch_up=True)
             except BaseException:  # noqa: BLE001 — the parent then does the work itself
                 pass
             finally:
@@ -154,7 +157,7 @@ class FirstRead:
                 self._planned.set()
 
         try:
-            _plan_and_read(self._store, self._target, terminal_size(), keep, catch_up=False)
+            self._work(self._store, self._target, terminal_size(), keep, catch_up=False)
         except Exception:  # noqa: BLE001 — `plan()` plans again and reports it; the first load reads afresh
             pass
         finally:

@@ -20,7 +20,7 @@ from marinctl.views.chart_data import SMOOTHINGS, Logged
 from marinctl.views.metric_pages import CURATED, browsable, group_of
 from marinctl.views.run_header import HeaderStats
 from marinctl.views.watch_view import View, ViewParams
-from marinctl.tui import settings as S
+from marinctl.tui import settings
 from marinctl.tui.paint import ChartState, view_cursor
 from marinctl.tui.readout import markers_near
 
@@ -73,10 +73,10 @@ class WatchState:
         view = self.view
         return view.header if view is not None and view.ref == self.params.ref else None
 
-    def layout(self, **panes: Any) -> S.Layout:
+    def layout(self, **panes: Any) -> settings.Layout:
         """What is remembered per store: the view's layout choices, the log-y charts and `panes`."""
         p = self.params
-        return S.Layout(cols=p.cols, rows=p.rows, pattern=p.pattern, collapsed=sorted(p.collapsed),
+        return settings.Layout(cols=p.cols, rows=p.rows, pattern=p.pattern, collapsed=sorted(p.collapsed),
                         smoothing=p.smoothing, xmode=p.xmode, logy=sorted(self.chart.logy_keys), **panes)
 
     # -- the cursor ------------------------------------------------------------------------------
@@ -183,9 +183,9 @@ class WatchState:
 
     def grid(self, dcols: int, drows: int) -> str | None:
         p = self.params
-        cols, rows = min(S.MAX_COLS, max(1, p.cols + dcols)), min(S.MAX_ROWS, max(1, p.rows + drows))
+        cols, rows = min(settings.MAX_COLS, max(1, p.cols + dcols)), min(settings.MAX_ROWS, max(1, p.rows + drows))
         if (cols, rows) == (p.cols, p.rows):
-            return f"the grid goes from 1×1 to {S.MAX_COLS}×{S.MAX_ROWS} (columns × rows)"
+            return f"the grid goes from 1×1 to {settings.MAX_COLS}×{settings.MAX_ROWS} (columns × rows)"
         first = self.view.page * p.cols * p.rows if self.view else 0
         self.ask(cols=cols, rows=rows, page=first // (cols * rows))
         return None

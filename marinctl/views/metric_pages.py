@@ -123,14 +123,6 @@ def paginate(sections: list[tuple[str, list[str]]], cols: int, rows: int,
     return pages or [Page(())]
 
 
-def page_of(pages: list[Page], key: str) -> int | None:
-    """The index of the page showing `key` (None when no page shows it)."""
-    for i, page in enumerate(pages):
-        if key in page.keys:
-            return i
-    return None
-
-
 def short_labels(keys: list[str] | tuple[str, ...]) -> dict[str, str]:
     """Each key's shortest suffix (whole `/` or `.` separated parts) that no other key shares.
 

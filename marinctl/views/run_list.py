@@ -2,7 +2,7 @@
 
 The hero lineage first (stitched, then each fork segment with the step it starts at), then
 the ladder rungs small to large (a rung's reproduction labelled so), then every other run.
-Each entry carries its run as the filter language reads it (analysis/select.py `record`), so
+Each entry carries its run as the filter language reads it (run_query.py `record`), so
 watch's run filter selects the same runs `runs --where` lists.
 """
 
@@ -30,7 +30,7 @@ class SidebarEntry:
 def sidebar_entries(con: Connection, now: datetime | None = None) -> list[SidebarEntry]:
     """Hero lineage first (stitched, with its segments), ladder rungs, then local/repro/other runs."""
     from marinctl import rungs
-    from marinctl.analysis.select import record
+    from marinctl.run_query import record
     from marinctl.store import lineage
     from marinctl.store.runs import find_rung_runs, list_runs
 

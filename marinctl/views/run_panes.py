@@ -17,7 +17,7 @@ from marinctl import numbers as N
 from marinctl.views.run_header import HeaderStats, header_stats
 from marinctl.analysis.schedule import config_of
 from marinctl.store import Connection
-from marinctl.store import runs as R
+from marinctl.store.runs import environment as stored_environment
 from marinctl.store import series as S
 from marinctl.store.lineage import Target
 
@@ -116,7 +116,7 @@ def run_pane(con: Connection, target: Target, stats: HeaderStats | None = None, 
     summary = summary if isinstance(summary, dict) else {}
     console = [(f"@{N.count(step)}" if step is not None else N.DASH, line)
                for step, line in S.console_tail(con, [r["uid"] for r in target.runs], console_lines)]
-    env = R.environment(con, target.leaf["uid"]) if target.leaf.get("uid") else None
+    env = stored_environment(con, target.leaf["uid"]) if target.leaf.get("uid") else None
     return RunPane(target.name, overview_rows(con, target, stats), flatten(config_of(target.leaf)),
                    flatten({k: v for k, v in summary.items() if not str(k).startswith("_wandb")}), console,
                    environment_rows(env) if env is not None else None)

@@ -99,11 +99,6 @@ def _rollup(leaves: Sequence[dict[str, Any]], field_name: str, total: float, lab
     return sorted(rows, key=lambda r: -abs(r["share"]))
 
 
-def watch_steps(con: Connection, segments, total_key: str, around: int) -> tuple[int | None, int | None]:
-    """The logged steps of `total_key` bracketing `around`: (last step < around, first ≥ around)."""
-    return history.bracket(con, segments, total_key, around)
-
-
 def leaf_values(con: Connection, segments, prefix: str, steps: Sequence[int]) -> dict[int, dict[str, float]]:
     """Every `<prefix><leaf>` value (not `total`) logged at the given steps."""
     return history.values_at(con, segments, prefix, steps, exclude=[prefix + "total"])

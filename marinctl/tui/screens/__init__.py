@@ -1,1 +1,1 @@
-"""Modal screens: help, the explain panel and the diff panel."""
+"""The watch screen (`WatchScreen`) and the modal screens over it: help, the explain panel and the diff panel."""

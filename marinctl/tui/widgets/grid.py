@@ -24,7 +24,7 @@ from marinctl.views.metric_pages import Section
 from marinctl.views.watch_view import View
 from marinctl.text import inert
 from marinctl.tui.bindings import keys
-from marinctl.tui.charts import MetricChart
+from marinctl.tui.widgets.chart import MetricChart
 from marinctl.tui.frames import chart_size_for, chart_slot
 from marinctl.tui.readout import readout_line
 from marinctl.tui.state import WatchState

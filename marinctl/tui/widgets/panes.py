@@ -16,8 +16,8 @@ from textual.widgets import Input, Static
 
 from marinctl.views.run_panes import RunPane, Row, matching_rows
 from marinctl.text import inert, markup_safe
-from marinctl.tui import settings as S
-from marinctl.tui.charts import MetricChart
+from marinctl.tui import settings
+from marinctl.tui.widgets.chart import MetricChart
 from marinctl.tui.state import WatchState
 
 SYSTEM_CHART_HEIGHT = 8
@@ -159,7 +159,7 @@ class SidePanes(Vertical):
     class Resized(Message):
         """The panes' width was set by a key or a finished drag: the charts are drawn again."""
 
-    def __init__(self, state: WatchState, layout: S.Layout, **kw) -> None:
+    def __init__(self, state: WatchState, layout: settings.Layout, **kw) -> None:
         super().__init__(**kw)
         self.state, self._layout = state, layout
         self.pane_width = layout.pane_width
@@ -202,7 +202,7 @@ class SidePanes(Vertical):
 
     def set_width(self, width: int, done: bool) -> None:
         """`width` columns wide, within bounds; `done`: said with `Resized` (redraw, remember)."""
-        self.pane_width = max(S.MIN_PANE, min(S.MAX_PANE, self.app.size.width - 60, width))
+        self.pane_width = max(settings.MIN_PANE, min(settings.MAX_PANE, self.app.size.width - 60, width))
         if self.styles.width is None or int(self.styles.width.value) != self.pane_width:
             self.styles.width = self.pane_width
         if done:

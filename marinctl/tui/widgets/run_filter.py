@@ -1,6 +1,6 @@
 """The run filter over the runs sidebar (`f` there, `w` anywhere): `runs --where`'s language.
 
-An expression box (analysis/select.py: `cfg.KEY>=X`, `group~REGEX`, `state:S`, `tag:T`,
+An expression box (run_query.py: `cfg.KEY>=X`, `group~REGEX`, `state:S`, `tag:T`,
 `name~REGEX`, `-term` negates) opens over the list, holding the filter in force; enter applies
 what it holds, an empty box shows every run again, esc leaves the filter as it was. A bad term
 is said under the box in the words `runs --where` uses, and the box stays open to fix it.
@@ -17,7 +17,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Input, Static
 
-from marinctl.analysis.select import Selection, parse
+from marinctl.run_query import Selection, parse
 from marinctl.errors import UserError
 from marinctl.text import inert
 

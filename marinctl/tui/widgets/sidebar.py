@@ -11,7 +11,7 @@ from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
 from marinctl import numbers
-from marinctl.analysis.select import Selection, parse
+from marinctl.run_query import Selection, parse
 from marinctl.errors import UserError
 from marinctl.views.run_list import SidebarEntry
 from marinctl.render.chart import overlay_color

@@ -52,7 +52,7 @@ def bucket_guess(width: int) -> int:
     return int(max(80, min(600, max(60, width - SIDEBAR_COLUMNS))))
 
 
-def _plan_and_read(store: Store, target: str | None, terminal: tuple[int, int], send, *, catch_up: bool) -> None:
+def plan_and_read(store: Store, target: str | None, terminal: tuple[int, int], send, *, catch_up: bool) -> None:
     """Plan TARGET, `send` the plan (or the error), catch a local run up and draw the first page
     (when `catch_up`: in the helper process), `send` the view."""
     # one DuckDB instance from the plan to the first view (each open of the file builds one anew)
@@ -198,7 +198,7 @@ def _catch_up(store: Store, paths: list[str], send, *, first) -> list[dict]:
     return changed
 
 
-def _send(fd: int, message: Any) -> None:
+def send_message(fd: int, message: Any) -> None:
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     view = memoryview(struct.pack("<Q", len(data)) + data)
     while view:

@@ -21,12 +21,13 @@ from textual.screen import Screen
 
 from marinctl.store import Store
 from marinctl.tui import messages as msg
-from marinctl.tui import settings as S
+from marinctl.tui import settings
 from marinctl.tui import startup
 from marinctl.tui.alerts import AlertPasses, AlertToasts
 from marinctl.tui.bindings import keys
-from marinctl.tui.charts import MetricChart, hand_out, register_theme
-from marinctl.tui.first_read import FirstRead, bucket_guess, params_for
+from marinctl.tui.widgets.chart import MetricChart, hand_out, register_theme
+from marinctl.tui.first_read import FirstRead
+from marinctl.tui.first_read_work import bucket_guess, params_for
 from marinctl.tui.frames import Figures
 from marinctl.tui.live import Live, SyncFn
 from marinctl.tui.loader import Loader, paint_job, planned
@@ -91,7 +92,7 @@ class WatchScreen(Screen):
         that read already started (tui/first_read.py); `rules`, `sinks`: the alert rules and `--notify`."""
         super().__init__()
         self.store, self.target, self.starting, self._plan = store, target, starting, plan
-        self.remembered = S.load(store.path)
+        self.remembered = settings.load(store.path)
         early = first_read if plan is not None and not starting else None
         self.state = WatchState(params_for(self.remembered, view_ref), ChartState(logy_keys=frozenset(self.remembered.logy)),
                                 self._changed)
@@ -171,7 +172,7 @@ class WatchScreen(Screen):
     @on(RunFilter.Applied)
     def save_layout(self, _changed: Any = None) -> None:
         """Remember the layout, panes and run filter for this store (a new run filter too)."""
-        S.save(self.store.path, self.state.layout(**self.panes.remembered(), run_filter=self.sidebar.expression))
+        settings.save(self.store.path, self.state.layout(**self.panes.remembered(), run_filter=self.sidebar.expression))
 
     # -- what the workers post back --------------------------------------------------------------
     def on_planned(self, message: msg.Planned) -> None:
