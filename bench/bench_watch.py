@@ -148,7 +148,11 @@ async def _measure(db: Path, t_process: float, keys: int, idle_s: float) -> dict
     def busy() -> bool:
         return any(w.is_running for w in app.workers if w.group in ("load", "paint", "keys"))
 
-    app = WatchApp("hero", 3600, store=Store(db), autosync=False)
+    try:
+        from marinctl.tui.options import WatchOptions
+        app = WatchApp(WatchOptions("hero", 3600, autosync=False), store=Store(db))
+    except ImportError:       # a tree from before WatchOptions
+        app = WatchApp("hero", 3600, store=Store(db), autosync=False)
     t0 = time.perf_counter()
     out: dict = {}
     async with app.run_test(size=(160, 50)) as pilot:
@@ -216,10 +220,11 @@ def add_markers(store: Store) -> None:
 async def capture(store: Store, path: Path, size: tuple[int, int]) -> None:
     """Write the screen as plain text (for the README), cursor on the first marker."""
     from marinctl.tui.app import WatchApp
+    from marinctl.tui.options import WatchOptions
     from marinctl.tui.capture import screen_text
     from marinctl.tui.widgets.chart import MetricChart
 
-    app = WatchApp("hero", 3600, store=store, autosync=False)
+    app = WatchApp(WatchOptions("hero", 3600, autosync=False), store=store)
     async with app.run_test(size=size) as pilot:
         for keys in ((), ("home", "n", "n")):
             await pilot.press(*keys)

@@ -15,6 +15,7 @@ import pytest
 
 from marinctl.errors import RuntimeFailure
 from marinctl.tui.app import WatchApp
+from marinctl.tui.options import WatchOptions
 from marinctl.tui.widgets.chart import MetricChart
 from tests.tui_store import EVENT_STEP, SPIKE_STEP
 from tests.watch_pilot import settle, until, wait_for_text
@@ -61,7 +62,7 @@ def charts(app) -> list[MetricChart]:
 
 
 async def test_first_frame_shows_default_panels_header_and_sidebar(watch_store):
-    app = WatchApp(None, 30, store=watch_store, autosync=False)
+    app = WatchApp(WatchOptions(None, 30, autosync=False), store=watch_store)
     async with run_test(app) as pilot:
         text = await loaded(pilot)
         first = ["train/loss", "eval/paloma/macro_loss", "grad/norm/total", "params/norm/total"]
@@ -81,7 +82,7 @@ async def test_first_frames_are_built_in_the_worker_at_the_size_the_grid_gives(w
 
     settings.save(watch_store.path, settings.Layout(cols=cols))
     built = frames_built(monkeypatch)
-    app = WatchApp(None, 30, store=watch_store, autosync=False)
+    app = WatchApp(WatchOptions(None, 30, autosync=False), store=watch_store)
     async with app.run_test(size=size) as pilot:
         await loaded(pilot)
         shown = charts(app)
@@ -98,7 +99,7 @@ async def test_a_read_that_changes_nothing_draws_no_chart_again(watch_store, mon
     from tests.watch_pilot import frames_built
 
     built = frames_built(monkeypatch)
-    app = WatchApp("hero", 30, store=watch_store, autosync=False)
+    app = WatchApp(WatchOptions("hero", 30, autosync=False), store=watch_store)
     async with run_test(app) as pilot:
         await loaded(pilot)             # the key list's read came after the first view's
         shown = [c for c in charts(app) if c.frame is not None]
@@ -107,7 +108,7 @@ async def test_a_read_that_changes_nothing_draws_no_chart_again(watch_store, mon
 
 
 async def test_keys_toggle_logy_smoothing_and_x_axis(watch_store):
-    app = WatchApp("hero", 30, store=watch_store, autosync=False)
+    app = WatchApp(WatchOptions("hero", 30, autosync=False), store=watch_store)
     async with run_test(app) as pilot:
         text = await loaded(pilot)
         assert "log-y: off" in view_line(text) and "smoothing: ema" in view_line(text) and "x: step" in view_line(text)
@@ -121,7 +122,7 @@ async def test_keys_toggle_logy_smoothing_and_x_axis(watch_store):
 
 
 async def test_slash_filter_over_all_keys_and_escape_clears(watch_store):
-    app = WatchApp("hero", 30, store=watch_store, autosync=False)
+    app = WatchApp(WatchOptions("hero", 30, autosync=False), store=watch_store)
     async with run_test(app) as pilot:
         await loaded(pilot)
         await pilot.press("slash")
@@ -146,7 +147,7 @@ async def test_cursor_moves_by_buckets_and_reads_out_values(watch_store):
     from marinctl.store import metrics as M
     from marinctl.store.lineage import resolve_target
 
-    app = WatchApp("hero", 30, store=watch_store, autosync=False)
+    app = WatchApp(WatchOptions("hero", 30, autosync=False), store=watch_store)
     async with run_test(app) as pilot:
         await loaded(pilot)
         await pilot.press("home")
@@ -171,7 +172,7 @@ async def test_cursor_moves_by_buckets_and_reads_out_values(watch_store):
 
 async def test_n_jumps_to_marker_and_e_opens_explain_for_it(watch_store, cli):
     """`e` on the anomaly marker shows what `marinctl explain step N` prints for that step."""
-    app = WatchApp("hero", 30, store=watch_store, autosync=False)
+    app = WatchApp(WatchOptions("hero", 30, autosync=False), store=watch_store)
     async with run_test(app) as pilot:
         await loaded(pilot)
         await pilot.press("home", "n")
@@ -201,7 +202,7 @@ async def test_explain_failure_stays_in_the_panel(watch_store, monkeypatch):
         raise RuntimeError(f"synthetic failure at step {step}")
 
     monkeypatch.setattr(explain_module, "explain", broken)
-    app = WatchApp("hero", 30, store=watch_store, autosync=False)
+    app = WatchApp(WatchOptions("hero", 30, autosync=False), store=watch_store)
     async with run_test(app) as pilot:
         await loaded(pilot)
         await pilot.press("home", "e")
@@ -213,7 +214,7 @@ async def test_explain_failure_stays_in_the_panel(watch_store, monkeypatch):
 
 
 async def test_overlay_toggle_draws_rungs_on_fraction_axis(watch_store):
-    app = WatchApp("hero", 30, store=watch_store, autosync=False)
+    app = WatchApp(WatchOptions("hero", 30, autosync=False), store=watch_store)
     async with run_test(app) as pilot:
         await loaded(pilot)
         await pilot.press("o")
@@ -226,7 +227,7 @@ async def test_overlay_toggle_draws_rungs_on_fraction_axis(watch_store):
 
 
 async def test_zoom_and_pan_change_the_window(watch_store):
-    app = WatchApp("hero", 30, store=watch_store, autosync=False)
+    app = WatchApp(WatchOptions("hero", 30, autosync=False), store=watch_store)
     async with run_test(app) as pilot:
         await loaded(pilot)
         await pilot.press("home", *["right"] * 40)
@@ -243,7 +244,7 @@ async def test_zoom_and_pan_change_the_window(watch_store):
 
 
 async def test_help_screen_on_question_mark(watch_store):
-    app = WatchApp("hero", 30, store=watch_store, autosync=False)
+    app = WatchApp(WatchOptions("hero", 30, autosync=False), store=watch_store)
     async with run_test(app) as pilot:
         await loaded(pilot)
         await pilot.press("question_mark")
@@ -260,7 +261,7 @@ async def test_ui_stays_responsive_while_a_sync_is_slow(watch_store):
         release.wait(60)
         return {"runs": [], "events_added": 0}
 
-    app = WatchApp("marin", 3600, store=watch_store, sync_fn=slow_sync)
+    app = WatchApp(WatchOptions("marin", 3600, sync_fn=slow_sync), store=watch_store)
     try:
         async with run_test(app) as pilot:
             await loaded(pilot)
@@ -282,7 +283,7 @@ async def test_sync_failure_is_a_notification_and_offline_header(watch_store):
     def failing(store, targets):
         raise RuntimeFailure("cannot reach api.wandb.ai", "check the network")
 
-    app = WatchApp("marin", 3600, store=watch_store, sync_fn=failing)
+    app = WatchApp(WatchOptions("marin", 3600, sync_fn=failing), store=watch_store)
     async with run_test(app) as pilot:
         # the header names the time of the store's last sync, even when W&B failed before the first frame
         await until(pilot, lambda t: "offline — showing cache from 20" in t and "cannot reach api.wandb.ai" in t,
@@ -302,7 +303,7 @@ async def test_watch_holds_the_sync_lock_so_cli_sync_is_told(watch_store):
         release.wait(20)
         return {"runs": []}
 
-    app = WatchApp("marin", 3600, store=watch_store, sync_fn=slow_sync)
+    app = WatchApp(WatchOptions("marin", 3600, sync_fn=slow_sync), store=watch_store)
     try:
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda t: started.is_set(), "the sync starts")
@@ -327,7 +328,7 @@ async def test_watch_holds_the_sync_lock_so_cli_sync_is_told(watch_store):
 
 
 async def test_bad_regex_is_a_notification(watch_store):
-    app = WatchApp("hero", 30, store=watch_store, autosync=False)
+    app = WatchApp(WatchOptions("hero", 30, autosync=False), store=watch_store)
     async with run_test(app) as pilot:
         await loaded(pilot)
         await pilot.press("slash", "(", "enter")
@@ -342,7 +343,7 @@ async def test_watch_a_local_wandb_dir_end_to_end(store, tmp_path):
 
     logged = write_runs(tmp_path / "runs", steps=120, runs=1)
     run_id = next(iter(logged))
-    app = WatchApp(str(tmp_path / "runs" / "wandb"), 1.0, store=store)
+    app = WatchApp(WatchOptions(str(tmp_path / "runs" / "wandb"), 1.0), store=store)
     async with run_test(app) as pilot:
         text = await until(pilot, lambda t: run_id in t and "▏step 119" in t and "updated" in t
                            and re.search(r"train/loss  \S.*grad/norm/total  \S", t), "the run read, followed and drawn",
@@ -353,7 +354,7 @@ async def test_watch_a_local_wandb_dir_end_to_end(store, tmp_path):
 
 async def test_ctrl_c_quits_even_from_the_help_screen(watch_store):
     """`demo` relies on Ctrl-C ending watch (Textual's default only hints at ctrl+q)."""
-    app = WatchApp("hero", 30, store=watch_store, autosync=False)
+    app = WatchApp(WatchOptions("hero", 30, autosync=False), store=watch_store)
     async with run_test(app) as pilot:
         await loaded(pilot)
         await pilot.press("question_mark")
@@ -372,7 +373,7 @@ async def test_the_first_frame_does_not_wait_for_a_helper_holding_the_store(watc
 
     from marinctl.store import Store
     from marinctl.views.watch_view import ViewParams, build_view
-    from marinctl.tui.first_read import bucket_guess
+    from marinctl.tui.first_read_work import bucket_guess
 
     class HelperStillReading:
         def __init__(self, view):
@@ -407,8 +408,7 @@ async def test_the_first_frame_does_not_wait_for_a_helper_holding_the_store(watc
                                " print('ok', flush=True); time.sleep(600)"], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "ok"
-        app = WatchApp("hero", 30, store=Store(watch_store.path, lock_timeout=600), autosync=False,
-                       plan=("hero", []), first_read=HelperStillReading(view))
+        app = WatchApp(WatchOptions("hero", 30, autosync=False, plan=("hero", []), first_read=HelperStillReading(view)), store=Store(watch_store.path, lock_timeout=600))
         async with run_test(app) as pilot:
             await until(pilot, lambda t: re.search(r"train/loss  \d", t), "the first frame", timeout=60)
             await pilot.press("home")
@@ -443,7 +443,7 @@ async def test_a_finished_run_reads_every_step_done_and_its_tokens(store, first)
         con.execute("INSERT INTO metric_keys (key) VALUES ('train/loss')")
         con.execute(f"INSERT INTO metrics SELECT ?, 1, s, 5.0 - s / 50 FROM range({first}, {last + 1}) t(s)", [pk])
         con.execute("UPDATE runs SET last_step = ? WHERE run_pk = ?", [last, pk])
-    app = WatchApp("finished-synthetic", 30, store=store, autosync=False)
+    app = WatchApp(WatchOptions("finished-synthetic", 30, autosync=False), store=store)
     async with run_test(app) as pilot:
         text = await loaded(pilot)
         assert f"step {last} / {steps} (100.0%)" in text, text

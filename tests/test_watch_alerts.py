@@ -33,8 +33,9 @@ def watch_app(store_path, target: str, *notify: str, interval: float = 1.0):
     from marinctl.cli.notify import sinks_of
     from marinctl.store import Store
     from marinctl.tui.app import WatchApp
+    from marinctl.tui.options import WatchOptions
 
-    return WatchApp(target, interval, store=Store(store_path), sinks=sinks_of(list(notify), follow=True, tui=True))
+    return WatchApp(WatchOptions(target, interval, sinks=sinks_of(list(notify), follow=True, tui=True)), store=Store(store_path))
 
 
 def header_step(step: int) -> str:
@@ -133,8 +134,9 @@ async def test_an_alert_another_follower_stored_is_said_inert(store):
     run.display_name = HOSTILE
     load_into_store(store, [run])
     from marinctl.tui.app import WatchApp
+    from marinctl.tui.options import WatchOptions
 
-    app = WatchApp(None, 30.0, store=store, autosync=False)
+    app = WatchApp(WatchOptions(None, 30.0, autosync=False), store=store)
     async with run_test(app) as pilot:
         text = await settle(pilot)
         assert MARK not in charts(text) and toasts(text) == []

@@ -99,10 +99,11 @@ async def test_a_step_written_live_reaches_the_screen(store, tmp_path):
 async def test_demo_first_frame_says_what_is_starting_until_steps_arrive(store, tmp_path):
     """`marinctl demo` opens watch before its trainer has written anything (issue 14 #6)."""
     from marinctl.tui.app import WatchApp
+    from marinctl.tui.options import WatchOptions
 
     out = tmp_path / "demo"
     out.mkdir()
-    app = WatchApp(str(out / "wandb"), 30, store=store, starting="starting the rung1 proxy…")
+    app = WatchApp(WatchOptions(str(out / "wandb"), 30, starting="starting the rung1 proxy…"), store=store)
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     proc = None
     try:

@@ -300,7 +300,7 @@ def test_a_short_run_s_key_list_does_not_wait_for_the_helper_s_frames(run_dir, t
         assert early._pid is not None, "no helper forked"
         ref, _ = early.plan()
         keys = early.take_keys(ref)
-        assert early._drawing.is_set() and not early._drawn.is_set(), "the frames were not being drawn"
+        assert early._drawing.wait(60) and not early._drawn.is_set(), "the frames were not being drawn"
         open(keyed, "w").close()
         print(" ".join(keys or []))
         early.stop()
@@ -345,6 +345,7 @@ async def test_a_key_charted_twice_gets_a_frame_for_each_size(run_dir, tmp_path,
     from marinctl.store import Store
     from marinctl.sync.local import sync_path
     from marinctl.tui.app import WatchApp
+    from marinctl.tui.options import WatchOptions
     from marinctl.tui.widgets.chart import MetricChart
     from tests.watch_pilot import frames_built, on_ui, settle, wait_for_text
 
@@ -352,7 +353,7 @@ async def test_a_key_charted_twice_gets_a_frame_for_each_size(run_dir, tmp_path,
     store = Store(tmp_path / "home" / "marinctl.duckdb")
     sync_path(store, wandb_dir)
     built = frames_built(monkeypatch)
-    app = WatchApp("start-synthetic", 30, store=store, autosync=False)
+    app = WatchApp(WatchOptions("start-synthetic", 30, autosync=False), store=store)
     async with app.run_test(size=(160, 50)) as pilot:
         await wait_for_text(pilot, " keys", "▏step")               # the view read again with the key list
         await settle(pilot)
@@ -374,6 +375,7 @@ async def test_the_collector_paused_for_the_start_runs_again_from_the_first_pain
     from marinctl.sync.local import sync_path
     from marinctl.tui import startup
     from marinctl.tui.app import WatchApp
+    from marinctl.tui.options import WatchOptions
     from tests.watch_pilot import wait_for_text
 
     wandb_dir, _ = run_dir
@@ -383,7 +385,7 @@ async def test_the_collector_paused_for_the_start_runs_again_from_the_first_pain
     startup.pause()
     try:
         assert not gc.isenabled()
-        app = WatchApp("start-synthetic", 30, store=store, autosync=False)
+        app = WatchApp(WatchOptions("start-synthetic", 30, autosync=False), store=store)
         async with app.run_test(size=(160, 50)) as pilot:
             await wait_for_text(pilot, "train/loss  ")             # the first paint
             deadline = time.monotonic() + 30
@@ -417,13 +419,14 @@ def test_the_helper_draws_the_first_page_and_the_app_shows_its_frames(run_dir, t
         from marinctl.tui import frames
         from marinctl.tui.widgets import chart as charts
         from marinctl.tui.app import WatchApp
+        from marinctl.tui.options import WatchOptions
         built, real = [], frames.build_frame
         def spy(fig, panel, axis, spec, size):
             built.append((panel.key, size))
             return real(fig, panel, axis, spec, size)
         frames.build_frame = charts.build_frame = spy
         async def main():
-            app = WatchApp(wandb_dir, 30, store=store, plan=plan, first_read=early, autosync=False)
+            app = WatchApp(WatchOptions(wandb_dir, 30, plan=plan, first_read=early, autosync=False), store=store)
             async with app.run_test(size=(160, 50)) as pilot:
                 deadline = time.monotonic() + 30
                 while time.monotonic() < deadline:        # every chart of the first page shows a frame
@@ -458,6 +461,7 @@ async def test_the_page_size_the_helper_draws_for_is_the_page_the_app_lays_out(r
     from marinctl.sync.local import sync_path
     from marinctl.tui import settings
     from marinctl.tui.app import WatchApp
+    from marinctl.tui.options import WatchOptions
     from marinctl.tui.frames import page_size_guess
     from marinctl.tui.widgets.grid import ChartPage
     from tests.watch_pilot import wait_for_text
@@ -468,7 +472,7 @@ async def test_the_page_size_the_helper_draws_for_is_the_page_the_app_lays_out(r
     sync_path(store, wandb_dir)
     layout = settings.Layout(**panes)
     settings.save(store.path, layout)
-    app = WatchApp("start-synthetic", 30, store=store, autosync=False)
+    app = WatchApp(WatchOptions("start-synthetic", 30, autosync=False), store=store)
     async with app.run_test(size=size) as pilot:
         await wait_for_text(pilot, "▏step")                        # the first page, laid out
         page = app.query_one(ChartPage)

@@ -16,8 +16,9 @@ def open_watch(store_path: Path, target: str | None = None, *, interval: float =
     """`marinctl watch TARGET` on the DuckDB file at `store_path`, as an App for `app.run_test()`."""
     from marinctl.store import Store
     from marinctl.tui.app import WatchApp
+    from marinctl.tui.options import WatchOptions
 
-    return WatchApp(target, interval, store=Store(Path(store_path)), autosync=autosync)
+    return WatchApp(WatchOptions(target, interval, autosync=autosync), store=Store(Path(store_path)))
 
 
 def run_test(app):

@@ -275,8 +275,9 @@ def demo(
             run_dir = _wait_for_run_dir(paths.subdir("repro") / "wandb", run_id, child)
             if interactive and run_dir is not None:
                 from marinctl.tui.app import run_watch
+                from marinctl.tui.options import WatchOptions
 
-                run_watch(str(run_dir), interval, starting="starting the rung1 proxy…")  # returns when the user quits
+                run_watch(WatchOptions(str(run_dir), interval, starting="starting the rung1 proxy…"))  # returns when the user quits
             else:
                 child.wait()
     except KeyboardInterrupt:

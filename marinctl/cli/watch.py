@@ -58,13 +58,14 @@ def watch(
     # TARGET is planned and its first view read in a helper process while Textual is imported here
     early = FirstRead(open_store(), target)
     from marinctl.tui.app import run_watch
+    from marinctl.tui.options import WatchOptions
 
     plan = early.plan()    # bad TARGETs fail here with exit 2, before the screen opens
     if sinks and not plan[1]:
         early.stop()
         raise UserError("--notify sends the alerts watch raises while it follows a run, and this view follows none"
                         " (the store as is)", "name what to follow: marinctl watch TARGET --notify … (a W&B run, a wandb/ dir)")
-    run_watch(target, interval, plan=plan, first_read=early, rules=rules, sinks=sinks)
+    run_watch(WatchOptions(target, interval, plan=plan, first_read=early, rules=rules, sinks=sinks))
 
 
 def plot(

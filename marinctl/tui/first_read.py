@@ -34,12 +34,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from marinctl.tui.first_read_work import plan_and_read, send_message
+from marinctl.tui.options import Plan
 
 if TYPE_CHECKING:
     from marinctl.views.watch_view import View, ViewParams
     from marinctl.store import Store
 
-Plan = tuple[str | None, list[str]]
 Work = Callable[..., None]     # (store, target, terminal, send, *, catch_up)
 HELPER_WAIT_S = 60.0     # a plan or first view later than this (the store's lock timeout is 15 s): do it here
 FRAMES_WAIT_S = 0.5      # the first load waits this long at most for frames the helper is drawing

@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from marinctl.store import Store
     from marinctl.tui.alerts import AlertPasses
     from marinctl.tui.first_read import FirstRead
+    from marinctl.tui.options import SyncFn
 
-SyncFn = Callable[["Store", list[str]], dict]
 FOLLOW_S = 0.5          # seconds between stats of a followed file
 CHECK_S = 2.0           # seconds between data-version checks when nothing else tells us
 FIRST_PAINT_WAIT_S = 5.0   # the most the follower waits for the first view to be painted

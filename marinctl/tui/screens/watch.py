@@ -26,11 +26,11 @@ from marinctl.tui import startup
 from marinctl.tui.alerts import AlertPasses, AlertToasts
 from marinctl.tui.bindings import keys
 from marinctl.tui.widgets.chart import MetricChart, hand_out, register_theme
-from marinctl.tui.first_read import FirstRead
 from marinctl.tui.first_read_work import bucket_guess, params_for
 from marinctl.tui.frames import Figures
-from marinctl.tui.live import Live, SyncFn
+from marinctl.tui.live import Live
 from marinctl.tui.loader import Loader, paint_job, planned
+from marinctl.tui.options import WatchOptions
 from marinctl.tui.paint import ChartState
 from marinctl.tui.readout import markers_near, notice_text, offline_text, system_note, view_line
 from marinctl.tui.screens.diff import DiffScreen
@@ -83,25 +83,21 @@ class WatchScreen(Screen):
         *keys("filter the runs sidebar as `runs --where` does (f in the sidebar)", Binding("w", "filter_runs")),
     ]
 
-    def __init__(self, store: Store, target: str | None, sync_fn: SyncFn, *, interval: float, autosync: bool,
-                 view_ref: str | None = None, starting: str | None = None,
-                 plan: tuple[str | None, list[str]] | None = None, first_read: FirstRead | None = None,
-                 rules: Any = None, sinks: tuple = ()) -> None:
-        """`starting`: what is being started (`marinctl demo`), shown until the target has a run to show;
-        `plan`: TARGET already planned (the CLI checks it before the screen opens) and `first_read`,
-        that read already started (tui/first_read.py); `rules`, `sinks`: the alert rules and `--notify`."""
+    def __init__(self, store: Store, options: WatchOptions) -> None:
+        """`options`: what the command line asked for (tui/options.py)."""
         super().__init__()
-        self.store, self.target, self.starting, self._plan = store, target, starting, plan
+        self.store, self.options = store, options
+        self.target, self.starting, self._plan = options.target, options.starting, options.plan
         self.remembered = settings.load(store.path)
-        early = first_read if plan is not None and not starting else None
-        self.state = WatchState(params_for(self.remembered, view_ref), ChartState(logy_keys=frozenset(self.remembered.logy)),
-                                self._changed)
+        early = options.early
+        self.state = WatchState(params_for(self.remembered, options.view_ref),
+                                ChartState(logy_keys=frozenset(self.remembered.logy)), self._changed)
         self.figures = Figures()
         self.loader = Loader(self, store, self.state, self._job, early)
-        self.live = Live(self, store, sync_fn, interval=interval, autosync=autosync, early=early,
-                         shown_version=lambda: self._version,
+        self.live = Live(self, store, options.sync_fn, interval=options.interval, autosync=options.autosync,
+                         early=early, shown_version=lambda: self._version,
                          busy=lambda: self.loader.loading or self.state.view is None,
-                         alerts=AlertPasses(self, store, rules, sinks))
+                         alerts=AlertPasses(self, store, options.rules, options.sinks))
         self.toasts = AlertToasts(self.notify)
         self._version: Any = None
         self._keys_after_first = False     # list the run's keys once the first frame is up
