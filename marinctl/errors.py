@@ -13,7 +13,7 @@ the watch's first-read helper sends an error across a pipe by class name (tui/fi
 from __future__ import annotations
 
 __all__ = ["MarinctlError", "UserError", "RuntimeFailure", "UnknownRun", "AmbiguousRun", "UnknownStep",
-           "UnknownMetric", "NoStore", "StoreLocked"]
+           "UnknownMetric", "NoStore", "StoreLocked", "SyncBusy", "Unreachable"]
 
 
 class MarinctlError(Exception):
@@ -64,3 +64,12 @@ class NoStore(UserError):
 
 class StoreLocked(RuntimeFailure):
     """Another process held the store longer than this one would wait."""
+
+
+class SyncBusy(RuntimeFailure):
+    """Another marinctl process is syncing the same target (it holds the target's sync lock)."""
+
+
+class Unreachable(RuntimeFailure):
+    """A source (W&B, GitHub) that could not be reached, or kept failing, through every retry: the
+    mirror is offline until it answers again."""

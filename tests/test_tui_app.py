@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from marinctl.errors import RuntimeFailure
+from marinctl.errors import RuntimeFailure, Unreachable
 from marinctl.tui.app import WatchApp
 from marinctl.tui.options import WatchOptions
 from marinctl.tui.widgets.chart import MetricChart
@@ -281,15 +281,27 @@ async def test_ui_stays_responsive_while_a_sync_is_slow(watch_store):
 
 async def test_sync_failure_is_a_notification_and_offline_header(watch_store):
     def failing(store, targets):
-        raise RuntimeFailure("cannot reach api.wandb.ai", "check the network")
+        raise Unreachable("W&B at https://api.wandb.ai kept failing (cannot connect)", "check the network")
 
     app = WatchApp(WatchOptions("marin", 3600, sync_fn=failing), store=watch_store)
     async with run_test(app) as pilot:
         # the header names the time of the store's last sync, even when W&B failed before the first frame
-        await until(pilot, lambda t: "offline — showing cache from 20" in t and "cannot reach api.wandb.ai" in t,
+        await until(pilot, lambda t: "offline — showing cache from 20" in t and "kept failing (cannot connect)" in t,
                     "the failure as a toast, the header offline")
         await until(pilot, lambda t: "▾ overview (8 keys)" in t and re.search(r"train/loss  \d", t),
                     "the cached view stays up")
+
+
+async def test_a_failure_that_is_not_the_network_is_not_called_offline(watch_store):
+    """Offline is the source's error class (`Unreachable`), not the wording: W&B refusing a key is a
+    toast, and the header does not say offline."""
+    def refused(store, targets):
+        raise RuntimeFailure("W&B answered HTTP 401 at https://api.wandb.ai/graphql (cannot reach the run)")
+
+    app = WatchApp(WatchOptions("marin", 3600, sync_fn=refused), store=watch_store)
+    async with run_test(app) as pilot:
+        text = await until(pilot, lambda t: "HTTP 401" in t and "▾ overview (8 keys)" in t, "the failure as a toast")
+        assert "offline" not in text, text
 
 
 async def test_watch_holds_the_sync_lock_so_cli_sync_is_told(watch_store):

@@ -23,7 +23,7 @@ from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
 import httpx
 
 from marinctl import __version__
-from marinctl.errors import RuntimeFailure, UserError
+from marinctl.errors import RuntimeFailure, Unreachable, UserError
 from marinctl.sources.http import DNS_ATTEMPTS, announce, network_failure, notice, server_wait, unresolvable
 
 DEFAULT_API_URL = "https://api.github.com"
@@ -191,7 +191,7 @@ class GitHubClient:
                 continue
             nxt = resp.links.get("next", {}).get("url")
             return Page(url, 200, data, resp.headers.get("etag"), nxt, len(resp.content))
-        raise RuntimeFailure(
+        raise Unreachable(
             f"GitHub at {self.base_url} kept failing ({failure}); nothing stored was lost",
             "check the network and run the same `marinctl sync` again; it resumes where it stopped",
         )

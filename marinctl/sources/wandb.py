@@ -28,7 +28,7 @@ from tenacity import Retrying, retry_if_exception_type
 
 from marinctl import __version__
 from marinctl.domain import RunInfo
-from marinctl.errors import RuntimeFailure, UserError
+from marinctl.errors import RuntimeFailure, Unreachable, UserError
 from marinctl.sources.forks import find_fork
 from marinctl.sources.http import (Concurrency, Pacer, Retryable, RetryStop, RetryWait, announce, network_failure,
                                    say_retry, server_wait)
@@ -233,7 +233,7 @@ class WandbClient:
         try:
             return retrying(self._post_once, query, variables)
         except Retryable as exc:
-            raise RuntimeFailure(
+            raise Unreachable(
                 f"W&B at {self.base_url} kept failing ({exc}); nothing stored was lost",
                 "run the same `marinctl sync` again later; it resumes where it stopped",
             ) from exc
@@ -393,7 +393,7 @@ class WandbClient:
         try:
             return retrying(once)
         except Retryable as exc:
-            raise RuntimeFailure(f"history export download kept failing ({exc})",
+            raise Unreachable(f"history export download kept failing ({exc})",
                                  "run the same `marinctl sync` again later") from exc
 
 

@@ -17,7 +17,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from marinctl.errors import RuntimeFailure
+from marinctl.errors import SyncBusy
 
 
 def _lock_path(db_path: Path, target: str) -> Path:
@@ -35,7 +35,7 @@ def acquire(db_path: Path, target: str, owner: str = "sync") -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another marinctl process"
-            raise RuntimeFailure(
+            raise SyncBusy(
                 f"{holder} is already syncing {target}",
                 "let it finish (a running `marinctl watch` keeps it in sync), or stop it first",
             ) from None
@@ -60,7 +60,7 @@ def held(db_path: Path, targets: list[str], owner: str = "sync") -> Iterator[set
         for target in sorted(set(targets)):
             try:
                 stack.enter_context(acquire(db_path, target, owner))
-            except RuntimeFailure:
+            except SyncBusy:
                 continue
             mine.add(target)
         yield mine

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from textual.dom import DOMNode
 
-from marinctl.errors import MarinctlError, RuntimeFailure
+from marinctl.errors import MarinctlError, SyncBusy, Unreachable
 from marinctl.tui import messages as msg
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ PROGRESS_EVERY_S = 2.0  # during a long first read: after the first window (draw
 
 class Live:
     """The follower, the poller and the data-version check of one screen (`node`), which gets
-    `StoreChanged`, `FollowStatus` and `SyncFinished` messages."""
+    `StoreChanged`, `FollowStatus` and `SyncFinished` / `SyncFailed` messages."""
 
     def __init__(self, node: DOMNode, store: Store, sync_fn: SyncFn, *, interval: float, autosync: bool,
                  shown_version: Callable[[], Any], busy: Callable[[], bool], early: FirstRead | None = None,
@@ -141,23 +141,25 @@ class Live:
     def _sync(self, targets: list[str], asked: bool) -> None:
         from marinctl.store import synclock
 
-        def done(ok: bool, summary: str = "", error: str | None = None, offline: bool = False) -> None:
-            self._node.post_message(msg.SyncFinished(ok, summary, error=error, offline=offline, asked=asked))
+        def failed(error: str, reason: str) -> None:
+            self._node.post_message(msg.SyncFailed(error, reason, asked=asked))
 
         try:
             with synclock.acquire_all(self._store.path, targets, owner="watch"):
                 report = self._sync_fn(self._store, targets)
                 if self._alerts is not None:
                     self._alerts.after_sync((report or {}).get("synced") or [])
-        except RuntimeFailure as exc:
-            return done(False, error=exc.message, offline="already syncing" not in exc.message)
+        except SyncBusy as exc:
+            return failed(exc.message, "busy")
+        except Unreachable as exc:
+            return failed(exc.message, "offline")
         except MarinctlError as exc:
-            return done(False, error=exc.message)
-        except Exception as exc:  # noqa: BLE001 — e.g. a network error class we did not map
-            return done(False, error=f"{type(exc).__name__}: {exc}", offline=True)
+            return failed(exc.message, "failed")
+        except Exception as exc:  # noqa: BLE001 — e.g. a network error class the sources did not map
+            return failed(f"{type(exc).__name__}: {exc}", "offline")
         runs = (report or {}).get("runs") or []
-        rows = sum(int(r.get("rows_added") or 0) for r in runs)
-        done(True, f"{rows} rows" + (f"|{runs[-1].get('run')}" if runs and runs[-1].get("run") else ""))
+        self._node.post_message(msg.SyncFinished(sum(int(r.get("rows_added") or 0) for r in runs),
+                                                 runs[-1].get("run") if runs else None))
 
     def _follow(self, target: str) -> None:
         """Tail every `.wandb` file under `target` until the screen closes (holding its sync lock)."""
@@ -179,7 +181,7 @@ class Live:
         try:
             with synclock.acquire(self._store.path, target, owner="watch"):
                 self._follow_loop(path)
-        except RuntimeFailure as exc:
+        except SyncBusy as exc:
             # another marinctl (`sync --follow`) tails it: show what it writes, checking often
             self._node.post_message(msg.FollowStatus(exc.message + "; showing what it writes", problem=True))
             while not stop.is_set():

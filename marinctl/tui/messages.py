@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from textual.message import Message
 
@@ -27,12 +27,22 @@ class SyncStarted(Message):
 
 @dataclass
 class SyncFinished(Message):
-    """A background sync pass ended; `error` set when it failed (shown as a notification)."""
+    """A background sync pass ended well: the rows it added, and the newest run it synced (if any)."""
 
-    ok: bool
-    summary: str
-    error: str | None = None
-    offline: bool = False
+    rows: int = 0
+    run: str | None = None
+
+
+@dataclass
+class SyncFailed(Message):
+    """A background sync pass failed (shown as a notification).
+
+    `reason`: "offline" (the source could not be reached: the header says so and the cache stays
+    up), "busy" (another marinctl syncs the target: what it writes is shown) or "failed" (any other
+    failure)."""
+
+    error: str
+    reason: Literal["offline", "busy", "failed"] = "failed"
     asked: bool = False                # `r` started it (a failure is said again, even the same one)
 
 

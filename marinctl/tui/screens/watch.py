@@ -274,21 +274,23 @@ class WatchScreen(Screen):
 
     def on_sync_finished(self, message: msg.SyncFinished) -> None:
         self.live.syncing = self.header.syncing = False
-        if message.ok:
-            self.header.synced_at, self.header.offline_since = time.time(), None
-            _, _, first = message.summary.partition("|")
-            if self.state.params.ref is None and first:
-                self.state.set(ref=first)
-            if self.state.params.all_keys is None:      # listed before this sync stored the run, or never
-                self.loader.load_keys(self.state.params.ref)
-            self.loader.reload()
+        self.header.synced_at, self.header.offline_since = time.time(), None
+        if self.state.params.ref is None and message.run:
+            self.state.set(ref=message.run)
+        if self.state.params.all_keys is None:      # listed before this sync stored the run, or never
+            self.loader.load_keys(self.state.params.ref)
+        self.loader.reload()
+        self._last_error = None
+        self.header.redraw()
+
+    def on_sync_failed(self, message: msg.SyncFailed) -> None:
+        self.live.syncing = self.header.syncing = False
+        if message.reason == "offline":
+            self.header.offline_since = offline_text(self.state.view)
         else:
-            if message.offline:
-                self.header.offline_since = offline_text(self.state.view)
-            else:
-                self.loader.reload()          # another process is syncing this target: show what it wrote
-            if message.error != self._last_error or message.asked:   # one toast per new failure, and one per `r`
-                self.notify(message.error or "sync failed", title="sync", severity="warning", markup=False)
+            self.loader.reload()          # another process is syncing this target: show what it wrote
+        if message.error != self._last_error or message.asked:   # one toast per new failure, and one per `r`
+            self.notify(message.error, title="sync", severity="warning", markup=False)
         self._last_error = message.error
         self.header.redraw()
 
