@@ -319,3 +319,19 @@ async def test_0_and_minus_at_full_range_say_nothing_moved(home):
             assert "full range" in view_line(text), text
             app.clear_notifications()
             await until(pilot, lambda t: "already showing every step" not in t, "the notice clears")
+
+
+def test_the_state_tells_its_listener_what_changed_and_nothing_else():
+    """Every change of the view asked for is told (the screen reads on it, never remembers to);
+    asking for what is already asked tells nothing, so nothing is read twice."""
+    from marinctl.tui.paint import ChartState
+    from marinctl.tui.state import WatchState
+    from marinctl.views.watch_view import ViewParams
+
+    told: list[tuple[frozenset, frozenset]] = []
+    state = WatchState(ViewParams(ref="a"), ChartState(), lambda asked, drawn: told.append((asked, drawn)))
+    assert state.ask(ref="a", page=0) == frozenset() and told == []
+    assert state.ask(ref="b", page=0) == {"ref"} and state.params.ref == "b"
+    assert told == [(frozenset({"ref"}), frozenset())]
+    state.draw(logy=True)
+    assert told[-1] == (frozenset(), frozenset({"logy"}))

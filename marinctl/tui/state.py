@@ -3,8 +3,9 @@
 The screen holds one `WatchState` and hands it to the widgets it composes. A widget's action
 reads it and changes it through `ask` (view parameters: the store is read again) or `draw`
 (how the charts are drawn: new frames), synchronously, so a second key pressed before the first
-one's read lands still counts from where the first left it. The screen is told of every change
-and starts the workers. The moves themselves (cursor, markers, zoom, pan, pages, grid, folds)
+one's read lands still counts from where the first left it. The screen is told of every change,
+its own included (planning, a run that appeared), and starts the workers; only `shown` records,
+untold, where the view read settled (its page, the keys it listed). The moves themselves (cursor, markers, zoom, pan, pages, grid, folds)
 are computed here, the same from a key, the mouse or the palette; each returns what to say when
 nothing moved (None when it did).
 """
@@ -41,14 +42,14 @@ class WatchState:
         self._listener = listener
 
     # -- changes (the screen listens) ----------------------------------------------------------
-    def ask(self, **changes: Any) -> None:
-        """New view parameters: the view is read again."""
-        self.params = replace(self.params, **changes)
-        self._listener(frozenset(changes), frozenset())
-
-    def set(self, **changes: Any) -> None:
-        """New view parameters the screen reads itself (planning, a run that appeared): no one is told."""
-        self.params = replace(self.params, **changes)
+    def ask(self, **changes: Any) -> frozenset[str]:
+        """New view parameters: the listener is told which ones changed (the view is read again);
+        returns them (none: nothing is read)."""
+        changed = frozenset(k for k, v in changes.items() if getattr(self.params, k) != v)
+        if changed:
+            self.params = replace(self.params, **changes)
+            self._listener(changed, frozenset())
+        return changed
 
     def draw(self, **changes: Any) -> None:
         """New drawing choices (log-y, y range, cursor): the charts are drawn again."""

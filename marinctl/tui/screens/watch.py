@@ -101,6 +101,7 @@ class WatchScreen(Screen):
         self.toasts = AlertToasts(self.notify)
         self._version: Any = None
         self._keys_after_first = False     # list the run's keys once the first frame is up
+        self._laid = False                 # the first layout is done (reads may start)
         self._last_error: str | None = None
 
     def compose(self) -> ComposeResult:
@@ -119,22 +120,22 @@ class WatchScreen(Screen):
     def on_mount(self) -> None:
         self.header.starting = self.starting
         self.grid.focus_cursor()
-        self.state.set(buckets=bucket_guess(self.app.size.width))
+        self.state.ask(buckets=bucket_guess(self.app.size.width))
         if self.target in (None, "marin", "hero"):
-            # the hero lineage needs no planning to be read: start now, planning only adds the sync
-            self.state.set(ref=self.state.params.ref or ("hero" if self.target else None))
-            self.call_after_refresh(self._first_read)
+            self.state.ask(ref=self.state.params.ref or ("hero" if self.target else None))
+        self.call_after_refresh(self._laid_out)
         if self._plan is not None and not self.starting:
-            # after the first layout, so the first read knows the charts' sizes
             self.call_after_refresh(self.on_planned, planned(*self._plan, default=self.state.params.ref))
         else:
             self.loader.plan(self.target, self.starting)
         self.set_interval(1.0, self._tick)
         self.set_timer(startup.RESUME_AFTER_S, startup.resume)
 
-    def _first_read(self) -> None:
-        if self.loader.generation == 0:           # planning has not started one already
-            self.loader.reload()
+    def _laid_out(self) -> None:
+        """The first layout is done: the charts' sizes are known, reads may start."""
+        self._laid = True
+        if self.target in (None, "marin", "hero") and self.loader.generation == 0:
+            self.loader.reload()      # the hero lineage needs no planning to be read: planning only adds the sync
 
     def on_unmount(self) -> None:
         self.live.stop()
@@ -148,8 +149,9 @@ class WatchScreen(Screen):
     def _changed(self, asked: frozenset[str], drawn: frozenset[str]) -> None:
         if asked:
             if "ref" in asked:
-                self.loader.load_keys(self.state.params.ref)
-            self.loader.reload()
+                self._list_keys()
+            if self._laid:            # before the first layout the first read is yet to start, and takes it
+                self.loader.reload()
             if asked & LAYOUT_FIELDS:
                 self.save_layout()
             return
@@ -160,6 +162,14 @@ class WatchScreen(Screen):
         if drawn & {"logy", "logy_keys"}:
             self.save_layout()
         self.loader.repaint()
+
+    def _list_keys(self) -> None:
+        """The run's key list (paging, the filter): now, or once the first frame is up (the curated
+        first page needs none, and listing scans every stored row)."""
+        if self.state.view is None:
+            self._keys_after_first = True
+        else:
+            self.loader.load_keys(self.state.params.ref)
 
     def _job(self) -> dict[str, Any]:
         return paint_job(self.grid.page, self.panes.system_pane, self.state.chart, register_theme(self.app),
@@ -172,18 +182,21 @@ class WatchScreen(Screen):
 
     # -- what the workers post back --------------------------------------------------------------
     def on_planned(self, message: msg.Planned) -> None:
+        if not self._laid:            # the first read waits for the first layout (the charts' sizes)
+            self.call_after_refresh(self.on_planned, message)
+            return
         self.live.targets = message.sync_targets + message.local_paths
         if message.error:
             self.notify(message.error, title="watch", severity="error", markup=False)
+        asked: frozenset[str] = frozenset()
         if message.view_ref != self.state.params.ref or self.loader.generation == 0:
             # any other target's first read waits for planning (a store lookup, milliseconds):
             # a read of the default view first would only delay the one asked for
-            self.state.set(ref=message.view_ref, page=0)
-            self.loader.reload()
-        if self.state.view is None:
-            self._keys_after_first = True    # the first frame (the curated page) needs no key list: read it then
-        else:
-            self.loader.load_keys(self.state.params.ref)
+            asked = self.state.ask(ref=message.view_ref, page=0)
+            if not asked:
+                self.loader.reload()      # the view asked for from the start: its first read
+        if "ref" not in asked:
+            self._list_keys()
         mode = self.live.start(message.local_paths, message.sync_targets)
         self.header.mode, self.header.interval = mode, self.live.interval
         self.header.redraw()
@@ -256,7 +269,8 @@ class WatchScreen(Screen):
             self.header.synced_at = time.time()
             run = message.runs[-1].get("uid") or message.runs[-1].get("run")
             if run and (params.ref is None or (view is not None and view.error)):
-                self.state.set(ref=run, page=0)
+                if self.state.ask(ref=run, page=0):
+                    return                          # read, and its keys listed, as the state asks
                 self.loader.load_keys(run)
             elif view is not None and view.total_keys is not None:
                 self.loader.load_keys(params.ref)         # a live run may log new keys
@@ -275,11 +289,10 @@ class WatchScreen(Screen):
     def on_sync_finished(self, message: msg.SyncFinished) -> None:
         self.live.syncing = self.header.syncing = False
         self.header.synced_at, self.header.offline_since = time.time(), None
-        if self.state.params.ref is None and message.run:
-            self.state.set(ref=message.run)
-        if self.state.params.all_keys is None:      # listed before this sync stored the run, or never
-            self.loader.load_keys(self.state.params.ref)
-        self.loader.reload()
+        if not (self.state.params.ref is None and message.run and self.state.ask(ref=message.run)):
+            if self.state.params.all_keys is None:      # listed before this sync stored the run, or never
+                self.loader.load_keys(self.state.params.ref)
+            self.loader.reload()
         self._last_error = None
         self.header.redraw()
 
