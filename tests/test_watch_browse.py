@@ -15,7 +15,7 @@ import pytest
 
 from marinctl.tui.widgets.sidebar import RunsSidebar
 from tests.tui_store import build_watch_store
-from tests.watch_pilot import open_watch, run_test, settle, wait_for_text
+from tests.watch_pilot import open_watch, run_test, settle, until, wait_for_text
 
 pytestmark = pytest.mark.asyncio
 
@@ -227,8 +227,15 @@ async def test_space_compares_a_sidebar_run_with_a_legend_and_x_alignment(db):
         legend = next(line for line in text.splitlines() if "d768" in line and "━" in line)
         assert "no fraction axis" not in legend
         await pilot.press("space")                                 # again: taken off
-        text = await settle(pilot)
-        assert "comparing" not in view_line(text)
+        await until(pilot, lambda t: "comparing" not in view_line(t), "space again takes it off")
+        await pilot.press("space")
+        await wait_for_text(pilot, "comparing 1")
+        # the palette's entries are the bindings' (tui/bindings.py): this one runs the sidebar's `delete`
+        await pilot.press("ctrl+p")
+        await pilot.press(*"Clear compared")
+        await wait_for_text(pilot, "Clear compared runs", "take every compared run off the charts")
+        await pilot.press("enter")
+        await until(pilot, lambda t: "comparing" not in view_line(t), "the palette takes every compared run off")
 
 
 async def test_click_and_drag_move_the_cursor_readout(db):

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.asyncio
 # screen writes it: the help is generated from the widgets' bindings, this list is not.
 DOCUMENTED_KEYS = ["q", "^c", "?", "^p", "tab", "shift+tab", "/", "esc", "e", "y", "Y", "s", "x", "o", "r", "pgdn",
                    ">", "pgup", "<", "c", "C", "v", "V", "g", "G", "a", "f", "i", "m", "{", "}", "b", "w", "d", "←", "→",
-                   "shift+←", "shift+→", "home", "end", "n", "p", "+", "-", "[", "]", "0", "enter", "space"]
+                   "shift+←", "shift+→", "home", "end", "n", "p", "+", "-", "[", "]", "0", "enter", "space", "del"]
 # What the key bar shows with the cursor bar focused (the start), in its order
 KEY_BAR = ["quit", "help", "find", "explain", "log-y", "smooth", "x-axis", "overlays", "sync", "next page", "run",
            "system"]

@@ -1,4 +1,5 @@
-"""The command palette (ctrl+p): every metric key to jump to, and the view's actions by name."""
+"""The command palette (ctrl+p): every metric key to jump to, and the view's actions by name (read
+from the bindings that carry a palette title)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from typing import TYPE_CHECKING, Iterable
 from textual.app import SystemCommand
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from marinctl.views.metric_pages import browsable, is_system
 from marinctl.text import inert
+from marinctl.tui.bindings import palette_entries
+from marinctl.views.metric_pages import browsable, is_system
 
 if TYPE_CHECKING:
     from marinctl.tui.screens.watch import WatchScreen
@@ -41,17 +43,7 @@ class MetricKeys(Provider):
 
 
 def view_commands(screen: WatchScreen) -> Iterable[SystemCommand]:
-    """The watch actions by name, beside Textual's own (theme, quit …)."""
-    yield SystemCommand("Log-y (all charts)", "Toggle a logarithmic y axis on every chart", screen.action_logy)
-    yield SystemCommand("Smoothing", "Cycle none / EMA / debiased EMA", screen.action_smoothing)
-    yield SystemCommand("X axis", "Cycle step / tokens / fraction of schedule / wall time", screen.action_xmode)
-    yield SystemCommand("Overlays", "Ladder rungs, repro runs and the predicted band", screen.action_overlays)
-    yield SystemCommand("Sync now", "Read the run's file or pull new history now", screen.action_sync)
-    yield SystemCommand("Reset zoom", "Show the full range and follow the live end", screen.grid.action_reset_zoom)
-    yield SystemCommand("Run pane", "Overview, config and summary of the run", screen.action_run_pane)
-    yield SystemCommand("System metrics", "GPU, CPU, memory … the run recorded", screen.action_system_pane)
-    yield SystemCommand("Filter runs", "Narrow the runs sidebar as `runs --where` does (state:running group~d512 …)",
-                        screen.action_filter_runs)
-    yield SystemCommand("Clear compared runs", "Take every compared run off the charts", screen.sidebar.clear_compare)
-    yield SystemCommand("Fold or unfold all sections", "Collapse every prefix section, or open them all",
-                        screen.action_fold_all)
+    """The watch actions by name, beside Textual's own (theme, quit …): every group of keys bound
+    with a palette title (tui/bindings.py `keys`), on the screen or the widget that binds it."""
+    for title, help, node, action in palette_entries(screen):
+        yield SystemCommand(title, help, partial(node.run_action, action))

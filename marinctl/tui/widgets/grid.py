@@ -49,7 +49,7 @@ class ChartGrid(Vertical):
               Binding("plus,equals_sign", "zoom(0.5)", show=False), Binding("minus", "zoom(2.0)", show=False)),
         *keys("pan left / right", Binding("left_square_bracket", "pan(-0.25)", show=False),
               Binding("right_square_bracket", "pan(0.25)", show=False)),
-        *keys("reset zoom (follow the live end)", Binding("0", "reset_zoom", show=False)),
+        *keys("reset zoom (follow the live end)", Binding("0", "reset_zoom", show=False), palette="Reset zoom"),
     ]
 
     def __init__(self, state: WatchState, **kw) -> None:

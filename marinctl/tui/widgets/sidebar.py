@@ -32,6 +32,8 @@ class RunsSidebar(OptionList):
         *keys("show the highlighted run (or click it)", Binding("enter", "select", "show", show=False, key_display="enter")),
         *keys("compare: draw the highlighted run on the same charts (again: off)",
               Binding("space", "compare", "compare", show=False)),
+        *keys("take every compared run off the charts", Binding("delete", "clear_compare", show=False),
+              palette="Clear compared runs"),
         *keys("filter the runs as `runs --where` does: state:running group~d512 cfg.KEY>=X tag:T name~RE, -term"
               " negates (empty: every run)", Binding("f", "filter", "filter runs")),
     ]
@@ -88,7 +90,7 @@ class RunsSidebar(OptionList):
                         " it off)", timeout=3, markup=False)
         self.compared = list(self.state.params.compare)
 
-    def clear_compare(self) -> None:
+    def action_clear_compare(self) -> None:
         self.state.ask(compare=())
         self.compared = []
 
