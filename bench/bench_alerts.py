@@ -13,7 +13,7 @@ Side by side, the baseline is a follow without alerts: from `available` to the s
 saying the step was synced — what following cost before alerts. Run it from a checkout of the
 code before them (`--baseline-root DIR`, e.g. `git archive main | tar -x -C DIR`); by default
 this checkout without --notify (which still runs the alert pass). The ratio says what alerts
-add on top of the poll. Target (issue 29): served → POST ≤ 5 s at --interval 2.
+add on top of the poll. Target: served → POST ≤ 5 s at --interval 2.
 
     nice -n 10 python bench/bench_alerts.py [--incidents 5] [--gap 6] [--interval 2] [--baseline-root DIR]
 """

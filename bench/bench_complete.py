@@ -1,4 +1,4 @@
-"""Benchmark: shell completion on hero-scale SYNTHETIC stores (issue 31 #3: a TAB answers within 100 ms).
+"""Benchmark: shell completion on hero-scale SYNTHETIC stores (target: a TAB answers within 100 ms).
 
 Two stores, SYNTHETIC (tests/fakes/synth.py), built once and cached (default /tmp/marinctl-bench/);
 the timings read copies:

@@ -4,8 +4,8 @@ Store: one SYNTHETIC Marin-shaped run (tests/fakes/synth.py), 400,000 steps, ~15
 per step and ~600 norm keys every 10 steps (~85M values), with a QB router-bias jump at step
 500 and a loss spike at step 250,000 (5/8 of the run at any --steps). Built once and cached (default /tmp/marinctl-bench/).
 
-Targets (issue 6): explain ≤ 1 s wall; full detection ≤ 30 s; incremental detection per
-1,000 new steps ≤ 0.5 s. Issue 18: `marinctl explain step N --json` as a new process ≤ 0.5 s,
+Targets: explain ≤ 1 s wall; full detection ≤ 30 s; incremental detection per
+1,000 new steps ≤ 0.5 s; `marinctl explain step N --json` as a new process ≤ 0.5 s,
 timed side by side with a baseline process (`marinctl runs --json` on the same store: interpreter,
 CLI import and store open, nothing analysed), interleaved `--repeat` times, medians reported.
 Also, so the baseline's own cost is plain: the bare interpreter (`python -c pass`), the imports
@@ -14,7 +14,7 @@ Each process command runs once before timing (page cache, `.pyc` files: the subp
 write bytecode even where the calling shell sets PYTHONDONTWRITEBYTECODE, as an installed
 marinctl would have it). Printed side by side with the measured figures.
 
-Issue 28: the same `explain step N --json` processes also run from a baseline tree (`--baseline
+The same `explain step N --json` processes also run from a baseline tree (`--baseline
 REV`, default: where this branch left main; a temporary `git worktree`, removed at the end) on
 the same store, interleaved with this tree's, each tree's package first on PYTHONPATH; the
 ratio this / baseline is the median of the pair-by-pair ratios.

@@ -1,6 +1,6 @@
 """Benchmark: the same user commands on this checkout and on an older revision, side by side.
 
-Why: a redesign (issue 15's house) must not make anything slower. This runs the commands a
+Why: a redesign (the house of rooms) must not make anything slower. This runs the commands a
 person runs — `sync` of a local `.wandb` file into a fresh home, then `explain step N --json` and
 `runs --json` on what it stored — once with this checkout's code and once with REV's (a
 temporary `git worktree`, removed at the end), alternating A B A B so a shared machine's load
@@ -47,7 +47,7 @@ def timed(cmd: list[str], tree: Path) -> tuple[float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--base", default="581e0e7", help="the older revision (default: the code before issue 15)")
+    ap.add_argument("--base", default="581e0e7", help="the older revision (default: the code before the house of rooms)")
     ap.add_argument("--this", default=None, help="a revision to stand for this checkout (default: the working tree)")
     ap.add_argument("--steps", type=int, default=20000)
     ap.add_argument("--keys", type=int, default=32)

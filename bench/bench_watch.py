@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 try:   # the child measuring the --base tree imports this file too, with that tree's marinctl
     from marinctl.views.chart_data import DEFAULT_PANELS  # noqa: E402
     from marinctl.views.watch_view import ViewParams, build_view  # noqa: E402
-except ImportError:   # a tree from before analysis/ was split into rooms (issue 27)
+except ImportError:   # a tree from before analysis/ was split into rooms
     from marinctl.analysis.chart_data import DEFAULT_PANELS  # noqa: E402
     from marinctl.analysis.watch_view import ViewParams, build_view  # noqa: E402
 from marinctl.store import Store  # noqa: E402

@@ -9,7 +9,7 @@ the code: even the 535B hero is counted in a fraction of a second. Two "active" 
   formula leaves out (GatedNorm matrices, attention gates, norm gains, short-conv kernels).
 - `active_all` is every non-embedding, non-lm_head parameter one token touches, those included.
 The total counts every parameter and the router-bias buffers (Marin's tree holds them as arrays):
-for the hero it is exactly 535,477,106,688, the figure of issue #9277.
+for the hero it is exactly 535,477,106,688, the figure of marin#9277.
 """
 
 from __future__ import annotations

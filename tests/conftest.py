@@ -86,7 +86,7 @@ def cli(tmp_path):
     return run
 
 
-# --- GPU: hidden from every test, unless a test is marked `gpu` (issue 27) --------------------------
+# --- GPU: hidden from every test, unless a test is marked `gpu` --------------------------
 # repro trains on CUDA when it sees a GPU, so a test naming a true-size rung ("needs CUDA", exit 2) would
 # start that run on a machine with one. Every test runs with CUDA hidden, from the processes it starts
 # (CUDA_VISIBLE_DEVICES="") and from torch in this process. A test marked `gpu` keeps the GPU and runs
@@ -111,7 +111,7 @@ def _no_gpu_unless_marked(request, monkeypatch):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
 
 
-# --- fake servers: started and stopped in one place (issue 27) ---------------------------------------
+# --- fake servers: started and stopped in one place ---------------------------------------
 
 @pytest.fixture
 def wandb_server(monkeypatch):

@@ -1,4 +1,4 @@
-"""Alerts as a follower gets them (issue 29): `marinctl sync TARGET --follow --notify SINK`.
+"""Alerts as a follower gets them: `marinctl sync TARGET --follow --notify SINK`.
 
 Every test runs the real CLI in a process group of its own that the test ends (Ctrl-C, then
 SIGKILL if it lingers), against loopback fakes only: the W&B GraphQL fake serving a SYNTHETIC

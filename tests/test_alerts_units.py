@@ -1,4 +1,4 @@
-"""Alert pieces one layer down (issue 29): episodes of a condition, the rule file, sink shapes.
+"""Alert pieces one layer down: episodes of a condition, the rule file, sink shapes.
 
 The CLI tests (test_alerts_follow.py) hold the behaviour end to end; these pin the edges that
 are slow or awkward to reach there: an episode primed at the baseline, a hung exec command, a

@@ -1,4 +1,4 @@
-"""The Python API against the CLI on the same store (issue 31 #1; the contract's "Python API").
+"""The Python API against the CLI on the same store (the contract's "Python API").
 
 The store is filled as a person fills it: `marinctl sync` of a SYNTHETIC hero lineage and ladder
 from the loopback W&B fake (finished runs land as parquet parts, the running leaf's tail as long

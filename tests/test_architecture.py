@@ -350,6 +350,19 @@ def test_no_file_cites_the_research_notes():
     assert offenders == [], "cite the upstream source the note gives, not the note:\n" + "\n".join(offenders)
 
 
+OWN_ISSUE = re.compile(r"\b[Ii]ssues? \d+\b")     # this project's issues; upstream ones read marin#N or "issue #N"
+
+
+def test_no_docstring_or_comment_cites_this_projects_issues():
+    """Code says why in words; which issue asked for it is the commit's and bench/NOTES.md's
+    business. Upstream citations (marin#8435, Marin's issue #8818) are sources and stay."""
+    offenders = [f"{rel(path)}:{n}: {line.strip()[:100]}"
+                 for path in text_files() if path.suffix == ".py"
+                 for n, line in prose(path) if OWN_ISSUE.search(line)]
+    assert offenders == [], "say why without the issue number:\n" + "\n".join(offenders)
+    assert OWN_ISSUE.search("(issue " + "29 §4)") and not OWN_ISSUE.search("(issue #8818)")
+
+
 def test_references_to_files_name_files_that_exist():
     offenders, checked = [], 0
     for path in text_files():

@@ -1,4 +1,4 @@
-"""Every `bench/` script runs as its docstring says, and nothing in `bench/` is dead (issue 27).
+"""Every `bench/` script runs as its docstring says, and nothing in `bench/` is dead.
 
 A bench is run by hand, rarely, so nothing else notices when the code it drives moves: five
 prototypes and two profiles once sat there importing modules that no longer existed. Here each

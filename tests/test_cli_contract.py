@@ -1,4 +1,4 @@
-"""What scripts read from marinctl (issue 14 #10, #12; the CLI contract).
+"""What scripts read from marinctl (the CLI contract).
 
 Every `--json` shape is checked against the contract's field lists (shared/cli-contract.md,
 copied below: fields may be added, never renamed or dropped) on a store filled the way a
@@ -179,7 +179,7 @@ def test_repro_json_run_is_the_id_string(cli, tmp_path):
     run_cli(cli, "export", doc["run"])
 
 
-# --- saying what was written (issue 14 #12) ---------------------------------------------------------------
+# --- saying what was written ---------------------------------------------------------------
 
 
 def test_export_says_on_stderr_what_it_wrote(mc, tmp_path):
@@ -245,7 +245,7 @@ def _follow(args, env, needle, timeout=60.0) -> str:
     return err
 
 
-# --- the mixture file (issue 14 #12: PR #9162's mixture) ----------------------------------------------------
+# --- the mixture file (PR #9162's mixture) ----------------------------------------------------
 
 
 def test_mix_reads_the_synced_mixture_file(cli, github_server):

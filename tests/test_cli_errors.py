@@ -1,4 +1,4 @@
-"""What a person sees when they type something wrong (issue 14 #3, #4, #12; the CLI contract).
+"""What a person sees when they type something wrong (the CLI contract).
 
 A table of bad inputs — every entry of shared/tools/as-a-user's TYPOS list, bad types, negative
 numbers, unknown commands, options, runs, keys, rungs and targets, bad SQL, SQL that would

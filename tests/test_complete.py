@@ -1,4 +1,4 @@
-"""Shell completion that knows the store (issue 31 #3), driven as a shell drives it.
+"""Shell completion that knows the store, driven as a shell drives it.
 
 Each test runs the installed `marinctl` entry point the way bash's completion function does
 (`_MARINCTL_COMPLETE=complete_bash`, `COMP_WORDS`, `COMP_CWORD`; zsh's and fish's forms once

@@ -1,4 +1,4 @@
-"""Issue 18 in-process (SYNTHETIC data): level shifts vs spikes, schedule quiet with its context,
+"""In-process (SYNTHETIC data): level shifts vs spikes, schedule quiet with its context,
 overflow markers, logit growth across incremental passes, the trend test on its own, and the
 coinciding-causes summary as a person reads it.
 

@@ -1,4 +1,4 @@
-"""Issue 18, black-box: labelled SYNTHETIC incidents (tests/fakes/incidents.py) reach marinctl the way
+"""Black-box: labelled SYNTHETIC incidents (tests/fakes/incidents.py) reach marinctl the way
 a user's runs do — served by the loopback W&B server and mirrored with `marinctl sync ENTITY/PROJECT`,
 or written as offline `.wandb` files by the real wandb SDK and mirrored with `marinctl sync DIR` —
 and every check reads `marinctl explain step N --run R --json` and `marinctl anomalies --run R --json`.

@@ -1,4 +1,4 @@
-"""Issue 28, black-box: the incidents Marin's hero runbook watches for, on labelled SYNTHETIC runs
+"""Black-box: the incidents Marin's hero runbook watches for, on labelled SYNTHETIC runs
 (tests/fakes/runbook.py) served by the loopback W&B server and mirrored with `marinctl sync
 ENTITY/PROJECT`; every check reads `marinctl explain step N --run R [--json]` and `marinctl
 anomalies --run R [--detail] [--json]`. Healthy SYNTHETIC sweeps (noise levels, every-step and

@@ -1,5 +1,5 @@
-"""The GitHub timeline puts a comment at the step its text names (issue 14 #11) and forgets
-comments deleted upstream (issue 13 #8).
+"""The GitHub timeline puts a comment at the step its text names and forgets
+comments deleted upstream.
 
 A SYNTHETIC hero-group run (3,000 steps with `_timestamp`) comes from the W&B fake; comments on a
 fake GitHub issue name steps in the ways people write them — capitalised, at the start of a

@@ -1,4 +1,4 @@
-"""Forks (issue 13 #1): every row every run of a fork chain logged is stored, and the stitched view
+"""Forks: every row every run of a fork chain logged is stored, and the stitched view
 takes a child's own rows from its first logged step on and its parent's rows only before it.
 
 Three shapes, remote (the loopback W&B fake serving W&B's fork semantics: a child that logs the

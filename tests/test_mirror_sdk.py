@@ -1,4 +1,4 @@
-"""A faithful mirror (issue 13): what marinctl stores and shows equals what was logged with the
+"""A faithful mirror: what marinctl stores and shows equals what was logged with the
 real wandb SDK, under the SDK's own rules.
 
 Runs are written offline by wandb 0.31 itself (nested dicts next to flat keys, `commit=False`,
@@ -185,7 +185,7 @@ def test_summary_set_after_the_last_log_is_not_overwritten(mc):
 
 
 def test_show_summary_is_sorted_for_people(mc):
-    """issue 14 #12: `show` lists the summary sorted by key."""
+    """`show` lists the summary sorted by key."""
     _, out, _ = run_cli(mc, "show", NESTED)
     section = out.split("\nsummary\n", 1)[1].splitlines()
     keys = [line.split()[0] for line in section if line.startswith("  ") and line.split()]
@@ -389,7 +389,7 @@ INTERRUPTED = textwrap.dedent('''
 
 
 def test_an_interrupted_run_is_killed_not_finished(tmp_path, cli):
-    """Issue 14 #6: a run stopped by Ctrl-C carries exit code 255 in its exit record; W&B shows it as
+    """A run stopped by Ctrl-C carries exit code 255 in its exit record; W&B shows it as
     killed, so marinctl does too (and never as finished or failed)."""
     out = tmp_path / "interrupted"
     out.mkdir()

@@ -1,4 +1,4 @@
-"""W&B's exported parquet parts kept as the stored form of history (issue 13 #7).
+"""W&B's exported parquet parts kept as the stored form of history.
 
 The same SYNTHETIC run is mirrored twice from the loopback W&B fake: once through its
 parquet export (parts registered, live tail in the long table) and once through JSON

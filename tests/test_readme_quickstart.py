@@ -1,4 +1,4 @@
-"""Every command of the README's quick start runs as written, in the order written (issue 14 #7).
+"""Every command of the README's quick start runs as written, in the order written.
 
 The runner reads the ```bash block under "## Quick start" in README.md and runs each command
 (`a && b` is two) through marinctl's entry point, twice:

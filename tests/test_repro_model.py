@@ -37,7 +37,7 @@ def test_counts_match_the_published_ladder_within_3_percent(name):
 
 
 def test_hero_total_is_marins_exact_count_and_d768_active_rebuilds():
-    assert accounting.param_counts(recipe.true_config("hero").model)["total"] == 535_477_106_688  # issue #9277
+    assert accounting.param_counts(recipe.true_config("hero").model)["total"] == 535_477_106_688  # marin#9277
     # d768's published 61M active (1.6B-A61M: the docstring of Marin's
     # `experiments/grug/moe_hero_ep/launch_scaling_ladder.py`), rebuilt:
     # attention + 8·(3·384²) routed + latent + 2 shared + router, over 8 layers ≈ 60.6M

@@ -1,4 +1,4 @@
-"""Every view describes a run with the run's own schedule (issue 14 #2, #5).
+"""Every view describes a run with the run's own schedule.
 
 On a synced ladder rung, a local `.wandb` run and a repro-shaped run (tests/run_kinds.py), the
 facts a person reads — total steps, warm-up end, data phase, tokens — must come from the run

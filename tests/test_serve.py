@@ -1,4 +1,4 @@
-"""`marinctl serve` (issue 31 #2): watch in a real browser, behind its door.
+"""`marinctl serve`: watch in a real browser, behind its door.
 
 The server is the real command (`marinctl serve hero --port 0`) on a SYNTHETIC store; a real
 headless Chromium from the distribution's packages, driven through Selenium and the matching

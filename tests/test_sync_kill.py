@@ -1,4 +1,4 @@
-"""A sync killed at any moment loses nothing (issue 13 #1, #5, #8; the brief's reliability rule).
+"""A sync killed at any moment loses nothing (the brief's reliability rule).
 
 - `marinctl sync` (a real process) is SIGKILLed at seeded points over the first, middle and last
   history page of each run — parquet exports and GraphQL windows — while the W&B fake injects

@@ -1,4 +1,4 @@
-"""`sync` without a network is never silent (issue 14 #9).
+"""`sync` without a network is never silent.
 
 Run as a person runs it — a real `marinctl sync` process — against a W&B or GitHub address
 that cannot answer: a host name that does not resolve (`.invalid` is reserved and never

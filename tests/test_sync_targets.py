@@ -54,7 +54,7 @@ def test_cli_bad_target_exit_2_one_line(cli):
 
 
 def test_a_run_named_two_ways_is_one_lock_key():
-    """issue 13 #8: sync locks are keyed by the resolved run, not the text typed."""
+    """Sync locks are keyed by the resolved run, not the text typed."""
     from marinctl.sync import lock_key
 
     keys = {lock_key(parse_target(raw)[0]) for raw in (

@@ -1,4 +1,4 @@
-"""System metrics W&B records beside the history (issue 17 #2): mirrored, and drawn in the `m` pane.
+"""System metrics W&B records beside the history: mirrored, and drawn in the `m` pane.
 
 - Local: a real wandb SDK run written offline WITH its system monitor on (sampling every 0.1 s,
   the smallest interval the SDK allows) is synced through the CLI; what the store holds is

@@ -1,4 +1,4 @@
-"""The watch tests read what a person sees, not the app's insides (issue 27).
+"""The watch tests read what a person sees, not the app's insides.
 
 A test that reads `app._page`, `app.view` or Textual's compositor breaks when the screen is
 rebuilt and passes on what the code computed rather than on what was drawn. The screen's text is

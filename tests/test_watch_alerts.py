@@ -1,4 +1,4 @@
-"""Alerts in `watch` (issue 29 §4): watch follows, so its sync passes raise alerts as `sync --follow` does.
+"""Alerts in `watch`: watch follows, so its sync passes raise alerts as `sync --follow` does.
 
 A SYNTHETIC run grows on the loopback W&B fake while watch follows it (tests/fakes/growing.py,
 incidents shaped by tests/fakes/incidents.py): what it logged before watch started raises

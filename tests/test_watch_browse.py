@@ -1,4 +1,4 @@
-"""Looking around in `watch` (issue 17): pages of every metric, the grid, the filter's counts,
+"""Looking around in `watch`: pages of every metric, the grid, the filter's counts,
 the palette jump, folding, the run and system panes, compared runs with a legend, a focused
 chart's own log-y / y range / full screen, wheel zoom, and the layout remembered per store.
 
@@ -282,7 +282,7 @@ async def test_layout_keys_and_panes_on_every_kind_of_run(tmp_path_factory, kind
 
 
 async def test_readout_labels_tell_leaves_apart_by_their_shortest_suffix(db):
-    """Two router_bias leaves never share a label (issue 17: both read `params/router_bias`)."""
+    """Two router_bias leaves never share a label (both once read `params/router_bias`)."""
     leaves = [k for k in keys_of(db) if k.endswith("router_bias")]
     assert len(leaves) >= 2
     app = open_watch(db, "hero")

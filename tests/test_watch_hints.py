@@ -1,4 +1,4 @@
-"""Every command the watch screen tells a person to run is one that works (issue 27).
+"""Every command the watch screen tells a person to run is one that works.
 
 `watch` said "say which with --run" where `watch` takes the run as TARGET (`--run` is no option
 of it: exit 2). The hints the screen can show are collected from the modules whose text reaches

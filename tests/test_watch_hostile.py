@@ -1,4 +1,4 @@
-"""Text from strangers on the watch screen is shown as text (issue 27; marinctl/text.py).
+"""Text from strangers on the watch screen is shown as text (marinctl/text.py).
 
 Run names, config and summary values and GitHub event titles come from whoever wrote them. A
 SYNTHETIC run whose name, config, summary and event title carry Rich/Textual markup (`[bold red]`,

@@ -1,4 +1,4 @@
-"""Every key of `watch` does what its help says, on every kind of run (issue 14 #1, #12).
+"""Every key of `watch` does what its help says, on every kind of run.
 
 Keys are pressed through Textual's Pilot on a real store (tests/run_kinds.py: a synced ladder
 rung, a local `.wandb` run, a repro-shaped run; all SYNTHETIC) and the test reads the screen a
@@ -240,7 +240,7 @@ async def test_r_with_nothing_to_sync_says_so(cli, tmp_path_factory, tmp_path):
 
 @pytest.mark.parametrize("target", ["synced-rung", "never-synced"])
 async def test_offline_sync_never_says_cache_from_never(store_copy, monkeypatch, target):
-    """issue 14 #12: a W&B target whose sync fails says what it shows — the cache's time, or that
+    """A W&B target whose sync fails says what it shows — the cache's time, or that
     nothing was synced yet — never "showing cache from never"."""
     monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
     monkeypatch.setenv("MARINCTL_HTTP_ATTEMPTS", "1")
@@ -281,7 +281,7 @@ def sidebar_labels(text: str) -> list[str]:
 
 
 async def test_sidebar_labels_are_unique(home):
-    """issue 14 #12: no two entries of the run sidebar read the same."""
+    """No two entries of the run sidebar read the same."""
     app = open_watch(home / "marinctl.duckdb", KINDS["repro"])
     async with run_test(app) as pilot:
         labels = sidebar_labels(await settle(pilot))

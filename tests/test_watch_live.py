@@ -1,4 +1,4 @@
-"""`watch` on a `.wandb` run while it is being written (issue 17 #4): a new step reaches the
+"""`watch` on a `.wandb` run while it is being written: a new step reaches the
 screen while the run goes on, `r` reads the file at once, and the run pane shows what the run
 printed.
 
@@ -97,7 +97,7 @@ async def test_a_step_written_live_reaches_the_screen(store, tmp_path):
 
 
 async def test_demo_first_frame_says_what_is_starting_until_steps_arrive(store, tmp_path):
-    """`marinctl demo` opens watch before its trainer has written anything (issue 14 #6)."""
+    """`marinctl demo` opens watch before its trainer has written anything."""
     from marinctl.tui.app import WatchApp
     from marinctl.tui.options import WatchOptions
 

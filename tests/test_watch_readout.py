@@ -1,4 +1,4 @@
-"""The cursor readout is exact (issue 17 #5): it names the step each value comes from and shows
+"""The cursor readout is exact: it names the step each value comes from and shows
 the value logged there — never a bucket mean under a step label — with the bucket's envelope
 beside it when zoomed out; keys logged every 10 steps say which earlier step they come from.
 

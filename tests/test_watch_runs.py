@@ -1,4 +1,4 @@
-"""The runs sidebar of `watch` (issue 30 §2, §3): filtered with `runs --where`'s language, a compared
+"""The runs sidebar of `watch`: filtered with `runs --where`'s language, a compared
 run's diff one key away, and two older faults (a lone run compared with itself; the no-hero screen
 listing keys for ever).
 

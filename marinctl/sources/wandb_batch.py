@@ -4,7 +4,7 @@ A project's short runs cost one round trip each when asked one at a time (the SD
 `scan_history` asks three or four). GraphQL aliases let one request carry many `run(name:)`
 selections — the same `history(minStep, maxStep, samples)` field `HistoryPage` asks for
 (wandb-core's `query_runhistory_backend.graphql`), so the rows are the same rows — and, for a run already mirrored, its
-`_timestamp` at the last stored step through `sampledHistory` (how a rewrite shows: §3), and
+`_timestamp` at the last stored step through `sampledHistory` (how a rewrite shows), and
 where the run's system metrics moved, its `events` (the sampled stream a one-run sync asks for
 alone), so a project's runs carry the same system charts as a run synced by itself.
 Each window is decoded into a long Arrow batch here, in the fetching thread.

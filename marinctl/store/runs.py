@@ -77,7 +77,7 @@ def raise_last_step(con: Connection, run_pk: int, step: int) -> None:
 
 def refresh_last_step(con: Connection, run_pk: int) -> int | None:
     """Recompute `last_step` from the stored history (after a rewind deleted some of it)."""
-    from marinctl.store import scan  # parquet parts and long rows alike (issue 13 #7)
+    from marinctl.store import scan  # parquet parts and long rows alike
 
     last = scan.step_range(con, [(run_pk, None, None)])[1]
     con.execute("UPDATE runs SET last_step = ? WHERE run_pk = ?", [last, run_pk])

@@ -1,4 +1,4 @@
-"""Alerts in watch (issue 29 §4): watch follows, so each of its sync passes runs the alert pass.
+"""Alerts in watch: watch follows, so each of its sync passes runs the alert pass.
 
 `AlertPasses` is the alert side of `Live` (tui/live.py), run in Live's threads, never on the UI
 thread: after each W&B poll, `after_sync` hands the runs the pass synced to the same

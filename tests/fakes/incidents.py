@@ -1,4 +1,4 @@
-"""Labelled SYNTHETIC incidents for `explain` and `anomalies` (issue 18): never real data.
+"""Labelled SYNTHETIC incidents for `explain` and `anomalies`: never real data.
 
 Each generator builds runs a user could have — Marin-shaped W&B history from tests/fakes/synth.py
 with one known thing done to it — and returns an `Incident`: the runs, and beside them the ground
@@ -266,7 +266,7 @@ def hyperball_drift(run: SynthRun, key: str, at: int, per_100: float = 0.03) -> 
 # --- the incidents -----------------------------------------------------------------------------
 
 def coincident(run_id: str = "synthetic-coincident", *, at: int = 1500, steps: int = 2000, every: int = 1) -> Incident:
-    """Issue 18 #1: a QB router-bias re-set and an optimizer co-spike at the same step."""
+    """A QB router-bias re-set and an optimizer co-spike at the same step."""
     run = base_run(run_id, "coincident", steps=steps)
     router_bias_jump(run, at)
     event = optimizer_co_spike(run, at, every)
@@ -280,7 +280,7 @@ def coincident(run_id: str = "synthetic-coincident", *, at: int = 1500, steps: i
 
 def slow_logit_growth(run_id: str = "synthetic-logit-growth", *, start: int = 1500, end: int = 1900,
                       nan_at: int | None = None, every: int = 1) -> Incident:
-    """Issue 18 #2: loss +15% over 400 steps with lm_head norm and z-loss rising; optionally NaNs later."""
+    """Loss +15% over 400 steps with lm_head norm and z-loss rising; optionally NaNs later."""
     run = base_run(run_id, "logit-growth", steps=(nan_at + 40 if nan_at else end + 1), state="running")
     logit_growth(run, start, end)
     causes = [Cause("logit_growth", end, "loss +15%, lm_head norm ×1.5, z-loss ×36 over the window", window=(start, end))]
@@ -294,7 +294,7 @@ def slow_logit_growth(run_id: str = "synthetic-logit-growth", *, start: int = 15
 
 def restart_gap(run_id: str = "synthetic-gap", *, lo: int = 1200, hi: int = 1290, spikes: bool = False,
                 steps: int = 1600, every: int = 1) -> Incident:
-    """Issue 18 #3: a restart skipped steps [lo, hi) (45 min down). With `spikes`: a bad batch 50
+    """A restart skipped steps [lo, hi) (45 min down). With `spikes`: a bad batch 50
     steps before the gap, a big QB re-set at the first watch step after it (an anomalous per-step
     rate even spread over the gap) and a bad batch 5 logged steps after."""
     run = base_run(run_id, "gap" + ("-spikes" if spikes else ""), steps=steps)
@@ -318,7 +318,7 @@ SCHEDULE = {"total": 3000, "warmup": 0.1, "decay": 0.3, "switches": (1200, 2500)
 
 
 def schedule_changes(run_id: str = "synthetic-schedule") -> Incident:
-    """Issue 18 #4: a healthy run whose own schedule (Levanter config names) has a 10% warm-up,
+    """A healthy run whose own schedule (Levanter config names) has a 10% warm-up,
     a stable phase, a linear decay over the last 30% and data-mix switches at steps 1200 and 2500.
     The loss and grad norm move where that schedule says they should: grad norm peaks at the end
     of warm-up, a harder mixture lifts loss 10% (grad ×1.4) then eases, decay speeds the descent."""
@@ -358,7 +358,7 @@ def schedule_changes(run_id: str = "synthetic-schedule") -> Incident:
 
 
 def forked(kind: str) -> Incident:
-    """Issue 18 #5: an incident in a fork child (W&B `fork_from`), its parent synced alongside.
+    """An incident in a fork child (W&B `fork_from`), its parent synced alongside.
     kind 'coincident': both causes 60 steps after the fork (few own watch points yet);
     'logit-growth': the trend starts in the parent and continues across the fork."""
     if kind == "coincident":

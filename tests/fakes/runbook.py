@@ -1,4 +1,4 @@
-"""Labelled SYNTHETIC runbook incidents (issue 28) and healthy controls: never real data.
+"""Labelled SYNTHETIC runbook incidents and healthy controls: never real data.
 
 The incidents Marin's hero runbook watches for (`.agents/skills/manage-hero-run/SKILL.md`:
 resume loss mismatch, sustained loss spike, throughput collapse, router collapse) and the
@@ -118,7 +118,7 @@ def scale_noise(run: SynthRun, loss: float = 1.0, throughput: float = 1.0) -> No
 
 def gate_drift(run_id: str = "synthetic-gate-drift", *, at: int = 1500, steps: int = 3000, loss_moves: bool = False,
                per_1k: float = 0.4, seed: int = 0, noise: float = 1.0) -> Incident:
-    """Issue 28 #1: every layer's attention-gate norm (Adam, no weight decay) grows a further 40%
+    """Every layer's attention-gate norm (Adam, no weight decay) grows a further 40%
     (`per_1k`) per 1,000 steps from `at`, steadily; the loss keeps falling (or, `loss_moves`, stalls)."""
     name = "gate-drift" + ("-loss" if loss_moves else "")
     run = I.base_run(run_id, name, steps=steps, seed=seed)
@@ -134,7 +134,7 @@ def gate_drift(run_id: str = "synthetic-gate-drift", *, at: int = 1500, steps: i
 
 
 def router_weight_drift(run_id: str = "synthetic-router-weight-drift", *, at: int = 1500, steps: int = 3000) -> Incident:
-    """Issue 28 #1: every layer's router weight (Adam, no weight decay) grows a further 50% per
+    """Every layer's router weight (Adam, no weight decay) grows a further 50% per
     1,000 steps from `at`; the loss keeps falling."""
     run = I.base_run(run_id, "router-weight-drift", steps=steps)
     for i in range(run.spec.layers):
@@ -150,7 +150,7 @@ COMPARED_TO = FORK + 250         # the runbook compares over 200 steps after a 5
 
 def resume_offset(run_id: str = "synthetic-resume-mismatch", *, rel: float = 0.03, seed: int = 20,
                   noise: float = 1.0) -> Incident:
-    """Issue 28 #2: a child forked at step 1,200 from a parent that logged on to 1,499; from the
+    """A child forked at step 1,200 from a parent that logged on to 1,499; from the
     fork on the child's loss sits `rel` above what the parent logged at the same steps (its own
     batches: independent noise, × `noise`)."""
     parent, child = I.fork_pair(f"{run_id}-parent", run_id, "resume-mismatch", fork_step=FORK,
@@ -166,7 +166,7 @@ def resume_offset(run_id: str = "synthetic-resume-mismatch", *, rel: float = 0.0
 
 
 def resume_replay(run_id: str, *, offset: float, seed: int = 30, noise: float = 1.0) -> Incident:
-    """Issue 28 #2: a child that replays its parent's batches after the fork (its loss at each
+    """A child that replays its parent's batches after the fork (its loss at each
     step the parent logged is the parent's, + `offset`, + 1e-4 numerics noise). offset 0: a
     faithful resume (a control); 0.005: above the runbook's 0.002 catch-up bar."""
     name = "resume-replay" if offset else "resume-faithful"
@@ -185,7 +185,7 @@ def resume_replay(run_id: str, *, offset: float, seed: int = 30, noise: float = 
 
 def throughput_window(run_id: str = "synthetic-throughput-collapse", *, lo: int = 1500, hi: int = 2000,
                       ratio: float = 0.75, steps: int = 2600, seed: int = 0, noise: float = 1.0) -> Incident:
-    """Issue 28 #3: steps [lo, hi) run ~25% below the usual throughput, then recover (noise × `noise`)."""
+    """Steps [lo, hi) run ~25% below the usual throughput, then recover (noise × `noise`)."""
     run = I.base_run(run_id, "throughput-collapse", steps=steps, seed=seed)
     scale_noise(run, loss=noise, throughput=noise)
     slow_window(run, lo, hi, ratio)
@@ -195,7 +195,7 @@ def throughput_window(run_id: str = "synthetic-throughput-collapse", *, lo: int 
 
 def loss_excursion(run_id: str = "synthetic-loss-excursion", *, at: int = 1500, length: int = 12,
                    factor: float = 1.8) -> Incident:
-    """Issue 28 #4: the loss ×1.8 for 12 steps with a normal grad norm, back to trend at once."""
+    """The loss ×1.8 for 12 steps with a normal grad norm, back to trend at once."""
     run = I.base_run(run_id, "loss-excursion", steps=2000)
     steps = excursion(run, at, length, factor)
     return Incident("loss-excursion", "28 #4", [run], [Cause("data_batch", at, "loss ×1.8 for 12 steps, grad normal",
@@ -203,7 +203,7 @@ def loss_excursion(run_id: str = "synthetic-loss-excursion", *, at: int = 1500, 
 
 
 def router_collapse(run_id: str = "synthetic-router-collapse", *, at: int = 1500, length: int = 150) -> Incident:
-    """Issue 28 #5: routing entropy sinks steadily over 150 steps (router collapse), then recovers."""
+    """Routing entropy sinks steadily over 150 steps (router collapse), then recovers."""
     run = I.base_run(run_id, "router-collapse", steps=2000)
     collapse_routing(run, at, length)
     return Incident("router-collapse", "28 #5", [run],
@@ -211,7 +211,7 @@ def router_collapse(run_id: str = "synthetic-router-collapse", *, at: int = 1500
 
 
 def rung_named(run_id: str = "synthetic-ablation-d768-gate-wd") -> Incident:
-    """Issue 28 #6: an ablation whose id names a rung width (d768) but which is no ladder rung: its
+    """An ablation whose id names a rung width (d768) but which is no ladder rung: its
     own config plans 3,000 steps, 5% warm-up, one data mixture."""
     run = I.base_run(run_id, "rung-named", steps=1200, num_train_steps=3000, warmup=0.05)
     run.config["optimizer"] = {"warmup": 0.05, "decay": None, "lr_schedule": "linear", "min_lr_ratio": 0.05}

@@ -1,8 +1,8 @@
 """Adam-group norm drift: a parameter Adam trains without weight decay whose norm keeps growing.
 
 In Marin's hero the router weight, the router-bias group, the attention gate, the token
-embedding, 1-D norm gains and SConv kernels are trained by Adam with no weight decay (issue
-#8435), so nothing holds their norms (roles.py). Attention-gate norm growth (issue #8818) led to
+embedding, 1-D norm gains and SConv kernels are trained by Adam with no weight decay (marin#8435),
+so nothing holds their norms (roles.py). Attention-gate norm growth (marin#8818) led to
 weight decay on the attention gate and the router weight from step 54k (PR #8833, the fork
 `hero-wd-gate-router-p02-step54k`). An Adam norm is *meant* to move — fast at first, then
 settling — so the question is not whether it moved but whether it keeps growing faster than it
