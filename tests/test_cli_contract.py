@@ -148,6 +148,14 @@ def test_sql_json_rows_are_objects(mc):
     assert rows and all(set(r) == {"run", "last"} for r in rows)
 
 
+def test_sql_help_names_every_table_the_store_holds(mc):
+    """The tables in `sql --help` are read from the migrations: every one a store holds, no other."""
+    stored = {r["name"] for r in cli_json(mc, "sql", "SHOW TABLES", "--json")} - {"history"}
+    _, out, _ = run_cli(mc, "sql", "--help")
+    listed = re.search(r"tables: ([^;]*);", " ".join(out.split())).group(1).split(", ")
+    assert set(listed) == stored and len(listed) == len(stored), (listed, stored)
+
+
 def test_run_ids_from_json_are_accepted_by_other_commands(mc):
     """`run` in every shape is an id other commands take (the reason `repro --json`'s matters)."""
     ids = {i["run"] for i in cli_json(mc, "runs", "--json")}

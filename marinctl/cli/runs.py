@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperCommand
 
 from marinctl.cli import complete, output
 from marinctl.errors import UserError
@@ -17,7 +18,23 @@ def register(app: typer.Typer) -> None:
     app.command("runs", help="List mirrored runs.")(runs)
     app.command("show", help="A run's config, summary and fork lineage. RUN: a W&B run id, ENTITY/PROJECT/RUN_ID, a W&B URL, `hero`, rung1..rung4, or a local run id.")(show)
     app.command("export", help="Full-resolution history as long rows step,key,value (sorted by step, then key).")(export)
-    app.command("sql", help="Read-only SQL over the store (tables: runs, metrics, metric_keys, events, anomalies, system_samples, system_keys, history_parts, sync_state; view: history — every table: `marinctl sql \"SHOW TABLES\"`).")(sql)
+    app.command("sql", cls=_SqlCommand, short_help="Read-only SQL over the store (`sql --help` lists every table).")(sql)
+
+
+class _SqlCommand(TyperCommand):
+    """`sql`'s help names every table the store's migrations create, read from them when the help is
+    shown (every other command's start would otherwise import the store to build it)."""
+
+    @property
+    def help(self) -> str:
+        from marinctl.store.schema import tables
+
+        return (f"Read-only SQL over the store (tables: {', '.join(tables())}; view: history, every stored value "
+                "as run, uid, step, key, value). A table's columns: `marinctl sql \"DESCRIBE runs\"`.")
+
+    @help.setter
+    def help(self, _value: str | None) -> None:
+        pass      # the property above is the help
 
 
 def runs(

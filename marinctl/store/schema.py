@@ -29,6 +29,20 @@ def migrations() -> list[tuple[int, str, str]]:
     return found
 
 
+_CREATED = re.compile(r"\bCREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(\w+)", re.I)
+_DROPPED = re.compile(r"\bDROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?(\w+)", re.I)
+
+
+def tables() -> list[str]:
+    """Every table the migrations leave in a store, in the order they were created (what `sql`'s
+    help lists), and `schema_migrations`."""
+    made: list[str] = []
+    for _, _, sql in migrations():
+        made += [t for t in _CREATED.findall(sql) if t not in made]
+        made = [t for t in made if t not in _DROPPED.findall(sql)]
+    return made + ["schema_migrations"]
+
+
 def current_version(con: duckdb.DuckDBPyConnection) -> int:
     exists = con.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
