@@ -190,6 +190,15 @@ async def test_e_explains_the_step_under_the_cursor(home, kind):
         text = await settle(pilot)
         assert "failed" not in text and "could not explain" not in text and "has no attribute" not in text, text
         assert "LR schedule" in text or "unusual" in text, text
+        # a wrapped context line goes on under its value, never as a lone word at the panel's edge
+        lines = text.splitlines()
+        scheduled = [i for i, line in enumerate(lines) if "schedule     " in line]
+        assert scheduled or kind != "synced-rung", text          # the rung's last step is near its phase switches
+        for i in scheduled:
+            value = lines[i].index("schedule     ") + len("schedule     ")
+            rest = lines[i + 1]
+            if not re.search(r"│\s*(\w+ ?\w*\s{2,}\S|$)", rest[:value + 1]):       # not the next labelled line
+                assert rest[value - 1] == " " and rest[value] != " ", f"{lines[i]}\n{rest}"
         await key(pilot, "escape", lambda t: "LR schedule" not in t, "escape closes the explanation")
 
 

@@ -128,7 +128,7 @@ def _context_lines(c: dict[str, Any]) -> list[str]:
         lines.append("  checkpoints  at steps " + ", ".join(N.count(s) for s in c["checkpoints"][:6]))
     for p in c.get("schedule", []):
         moved = ", ".join(f"{k.replace('_', ' ')} ×{N.sig(v, 3)}" for k, v in p.get("level_ratio", {}).items())
-        lines.append(f"  schedule     {_t(p['what'])} at step {N.count(p['step'])}" + (f" ({moved}): expected" if moved else ""))
+        lines.append(f"  schedule     {_t(p['what'])} at step {N.count(p['step'])}" + (f"; expected: {moved}" if moved else ""))
     for p in c.get("lineage", []):
         lines.append(f"  lineage      {_t(p['run'])} forked from {_t(p['parent'])} at step {N.count(p['fork_step'])}")
     ev = c.get("events", [])
