@@ -74,7 +74,28 @@ def run() -> None:
     # Arrow's default jemalloc hands freed pages back to the OS and faults them in again: a project
     # sync spent three times the kernel time of the system allocator doing so (bench/NOTES.md)
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-    main()
+    try:
+        main()
+    except SystemExit as exc:
+        _exit_joined(exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1))
+        raise
+    _exit_joined(0)
+
+
+def _exit_joined(code: int) -> None:
+    """Before the interpreter exits with `code`: every thread a command started joined, within a
+    bound (marinctl/threads.py); one still running then ends the process here, unfinalised."""
+    import threading
+
+    from marinctl.threads import join_others
+
+    if threading.active_count() > 1 and join_others():
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,11 +7,14 @@ the app-wide keys (quit, help, the command palette) and the charts' theme.
 
 from __future__ import annotations
 
+import asyncio
+
 from textual.app import App
 from textual.binding import Binding
 from textual.screen import Screen
 
 from marinctl.store import Store
+from marinctl.threads import JoinedExecutor
 from marinctl.tui.bindings import help_sections, keys
 from marinctl.tui.commands import MetricKeys, view_commands
 from marinctl.tui.options import WatchOptions
@@ -41,6 +44,10 @@ class WatchApp(App):
             store = open_store()
         self.store = store
         self.options = options or WatchOptions()
+
+    def on_load(self) -> None:
+        # Textual's thread workers run on the loop's default executor: joined at the app's end, bounded
+        asyncio.get_running_loop().set_default_executor(JoinedExecutor(thread_name_prefix="watch-worker"))
 
     def get_default_screen(self) -> Screen:
         return WatchScreen(self.store, self.options)
