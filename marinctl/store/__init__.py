@@ -52,9 +52,16 @@ class Store:
     def _open(self, read_only: bool, lock_timeout: float | None = None) -> duckdb.DuckDBPyConnection:
         deadline = time.monotonic() + (self.lock_timeout if lock_timeout is None else lock_timeout)
         delay = 0.02
+        set_aside = False
         while True:
             try:
                 return duckdb.connect(str(self.path), read_only=read_only)
+            except duckdb.InternalException as exc:
+                # a process killed between the migrations' commit and their checkpoint (schema.py)
+                if set_aside or "replaying WAL" not in str(exc) or not schema.set_aside_interrupted_migration(self.path):
+                    raise
+                set_aside = True
+                continue
             except duckdb.ConnectionException as exc:
                 # This process already holds the file read-write: share that instance.
                 if "different configuration" in str(exc):
@@ -188,6 +195,8 @@ def _holder(exc: Exception) -> str:
     msg = str(exc)
     if "PID" in msg:
         return "PID" + msg.split("PID", 1)[1].split(")")[0]
+    if "different configuration" in msg:     # no other process: this one holds it read-only
+        return f"this process (PID {os.getpid()}) reads it read-only"
     return "file lock held"
 
 

@@ -7,8 +7,11 @@ each in `schema_migrations`. Never edit an applied migration: add the next numbe
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from importlib import resources
+from pathlib import Path
 
 from marinctl.store.engine import duckdb
 
@@ -83,3 +86,31 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[int]:
     # its first open would leave a store no later process can open
     con.execute("CHECKPOINT")
     return [version for version, _, _ in pending]
+
+
+def set_aside_interrupted_migration(path: Path) -> bool:
+    """Set aside a WAL DuckDB cannot replay when it holds an interrupted migration, so the file
+    opens at its previous version and the migrations run again; True when that was done.
+
+    A process killed between the migrations' COMMIT and their CHECKPOINT (`migrate`) leaves them
+    in the WAL, and DuckDB 1.5 cannot replay an ALTER TABLE of a table whose defaults call
+    functions: every later open would fail. Only such a WAL is set aside (renamed, kept beside the
+    file): the file without it must be at an older version, so the WAL began with the migration
+    and nothing after it had been checkpointed; otherwise it is put back and the error stands."""
+    wal = Path(f"{path}.wal")
+    aside = wal.with_name(f"{wal.name}.unreplayable-{time.time_ns()}")
+    try:
+        os.replace(wal, aside)
+    except FileNotFoundError:
+        return True                      # another process set it aside first
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+        try:
+            older = current_version(con) < latest_version()
+        finally:
+            con.close()
+    except duckdb.Error:
+        older = False
+    if not older:
+        os.replace(aside, wal)
+    return older
