@@ -58,6 +58,18 @@ class Follower:
             time.sleep(0.05)
         raise AssertionError(f"the follower never synced step {step}:\n{self.err[-3000:]}")
 
+    def synced_run(self, run: str, step: int, timeout: float = WAIT_S) -> None:
+        """Wait until a pass has written `run` up to `step` (a local tail's line for that run)."""
+        needle = f"{run}: +"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(line.startswith(needle) and line.endswith(f"last step {step:,}") for line in list(self.lines)):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"the follower never synced {run} to step {step}:\n{self.err[-3000:]}")
+
     def passes(self, server, n: int = 1, timeout: float = WAIT_S) -> None:
         """Wait until `n` passes that began after this call are over (its alert pass included): each
         pass starts by asking the W&B fake for the run, so the (n+1)th request after now means so."""
@@ -213,8 +225,10 @@ def test_a_failing_receiver_gets_it_on_a_retry_and_no_follower_sends_it_twice(en
                 os.killpg(other.proc.pid, signal.SIGCONT)
             other.synced(feed.grow(6))                 # its next pass: the incident is new to it, not to the store
             other.passes(server)
-            time.sleep(0.5)           # a duplicate would be on its way by now: a new alert's POST needs no wait
             assert other.stop() in (0, 130), other.err[-2000:]
+        # a follower says each alert it raises on stderr in the pass that raised it, before it sends it:
+        # a duplicate POST needs one, so none said means none was on its way
+        assert not [line for line in other.lines if line.startswith("alert (")], other.err[-2000:]
         assert "not delivered to webhook (127.0.0.1" in one.err and "HTTP 500" in one.err, one.err[-2000:]
         first, second = hook.posts[:2]
         assert (first.status, second.status) == (500, 200) and first.raw == second.raw
@@ -222,8 +236,8 @@ def test_a_failing_receiver_gets_it_on_a_retry_and_no_follower_sends_it_twice(en
             again.passes(server)
             for _ in range(2):
                 again.synced(feed.grow(6))
-            time.sleep(0.5)
             assert again.stop() in (0, 130), again.err[-1500:]
+        assert not [line for line in again.lines if line.startswith("alert (")], again.err[-1500:]
     assert len(hook.posts) == 2 and len(hook.accepted()) == 1, [p.body for p in hook.posts]
     rows = listed(env)
     assert len(rows) == 1 and rows[0]["delivered"] and rows[0]["tries"] == 2, rows
@@ -482,8 +496,12 @@ def test_a_tailed_local_run_alerts_through_an_exec_sink(env, tmp_path):
         deadline = time.monotonic() + WAIT_S
         while not (sent.exists() and sent.read_text().strip()) and time.monotonic() < deadline:
             time.sleep(0.1)
-        time.sleep(1.5)                                                      # more passes: nothing else comes
+        f.synced_run("synthetic-alerts-local-live", 59)                    # the live run's last window, tailed
         assert f.stop() in (0, 130), f.err[-2000:]
+    # every alert a pass raised is said on stderr before it is sent, and what was not sent is counted
+    assert [line for line in f.lines if line.startswith("alert (")] == [next(
+        line for line in f.lines if line.startswith("alert ("))], f.err[-2000:]
+    assert "deliveries not done" not in f.err, f.err[-2000:]
     bodies = [json.loads(line) for line in sent.read_text().splitlines() if line.strip()]
     assert len(bodies) == 1, bodies
     (b,) = bodies

@@ -231,14 +231,16 @@ def test_public_names_are_stable_and_the_clis_own():
 # --- reading while `sync --follow` writes ----------------------------------------------------------------------
 
 WRITER = textwrap.dedent(r'''
-    import sys, time
+    import os, sys, time
     import wandb
-    out, steps = sys.argv[1], int(sys.argv[2])
+    out, steps, chunk, gate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     run = wandb.init(mode="offline", dir=out, project="synthetic-api-live", id="synthetic-api-live",
                      settings=wandb.Settings(x_disable_stats=True, console="off", x_transaction_log_flush_interval=0.1))
     for s in range(steps):
+        if s and s % chunk == 0:        # paused until the reader has seen every step so far
+            while not os.path.exists(os.path.join(gate, f"go-{s}")):
+                time.sleep(0.01)
         run.log({"train/loss": 5.0 - s * 0.001, "grad/norm/total": 1.0 + s % 7}, step=s)
-        time.sleep(0.01)
     run.finish()
     from repro.wandb_log import teardown  # bounded: wandb's own can wait for ever
     teardown()
@@ -248,13 +250,14 @@ WRITER = textwrap.dedent(r'''
 def test_reads_while_sync_follow_writes(tmp_path):
     import marinctl
 
-    steps = 400
-    out = tmp_path / "live"
+    steps, chunk = 400, 100          # the writer pauses after each chunk until the API has read it
+    out, gate = tmp_path / "live", tmp_path / "gate"
     out.mkdir()
+    gate.mkdir()
     home = tmp_path / "home-live"
     env = {**sdk_env(), "MARINCTL_HOME": str(home)}
     with (tmp_path / "writer.err").open("wb") as err:     # a file: wandb-core keeps a pipe open after the writer
-        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(out), str(steps)], env=sdk_env(),
+        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(out), str(steps), str(chunk), str(gate)], env=sdk_env(),
                                   stdout=subprocess.DEVNULL, stderr=err)
     follow = None
     seen: list[int] = []
@@ -278,9 +281,11 @@ def test_reads_while_sync_follow_writes(tmp_path):
             seen.append(n)
             if n == steps:
                 break
+            if n and (n + 1) % chunk == 0:                 # a paused writer's last row waits for the next step
+                (gate / f"go-{n + 1}").touch()             # seen: the writer goes on
         assert writer.wait(timeout=60) == 0, (tmp_path / "writer.err").read_text()
         assert seen[-1] == steps, f"the API read {seen[-1]} of {steps} steps"
-        assert len({n for n in seen if 0 < n < steps}) >= 2, seen     # it read while the follower wrote
+        assert {99, 199, 299} <= set(seen), sorted(set(seen))         # it read while the follower wrote
         assert seen == sorted(seen)                                   # a snapshot never goes back
         assert follow.poll() is None, b"".join(errors).decode()       # the follower went on writing
         follow.send_signal(signal.SIGINT)

@@ -255,6 +255,14 @@ KILLED = textwrap.dedent('''
 ''')
 
 
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def test_writer_killed_mid_run_every_flushed_row_is_stored(tmp_path, cli):
     out = tmp_path / "killed"
     out.mkdir()
@@ -267,7 +275,9 @@ def test_writer_killed_mid_run_every_flushed_row_is_stored(tmp_path, cli):
             time.sleep(0.05)
         os.kill(proc.pid, signal.SIGKILL)         # the training process dies; its wandb-core notices
         proc.wait(timeout=10)
-        time.sleep(1.0)
+        deadline = time.time() + 10               # and ends after flushing what it was handed
+        while time.time() < deadline and _group_alive(proc.pid):
+            time.sleep(0.05)
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)   # whatever of the group is left (wandb-core)

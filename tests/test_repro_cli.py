@@ -134,11 +134,16 @@ def test_demo_ctrl_c_reaps_the_trainer_and_records_the_run_as_killed(tmp_path, t
     first_line = []
 
     def training() -> None:
+        """Until the trainer logs steps: its `.wandb` file exists and then grows."""
         first_line.append(child.stderr.readline())
         deadline = time.time() + 240
-        while time.time() < deadline and not list((home / "repro" / "wandb").glob("offline-run-*demo/*.wandb")):
-            time.sleep(0.5)
-        time.sleep(2)
+        files: list[Path] = []
+        while time.time() < deadline and not files:
+            files = list((home / "repro" / "wandb").glob("offline-run-*demo/*.wandb"))
+            time.sleep(0.1)
+        size = files[0].stat().st_size if files else 0
+        while files and time.time() < deadline and files[0].stat().st_size <= size:
+            time.sleep(0.1)
 
     err = ctrl_c_when(child, training)
     assert first_line[0].startswith("starting the rung1 proxy"), first_line  # said at once, before anything loads

@@ -11,8 +11,10 @@ none; `tab`/`enter` pick another run; `ctrl+p` opens the palette; `r` syncs or s
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shutil
+import time
 
 import pytest
 
@@ -220,7 +222,9 @@ async def test_q_and_ctrl_c_quit(home, key):
     async with run_test(app) as pilot:
         await settle(pilot)
         await pilot.press(key)
-        await pilot.pause(0.3)
+        deadline = time.monotonic() + 60          # a bound, not a measure: the quit is an event
+        while app.is_running and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
         assert not app.is_running
 
 
@@ -330,7 +334,7 @@ async def test_0_and_minus_at_full_range_say_nothing_moved(home):
             await until(pilot, lambda t: "already showing every step" not in t, "the notice clears")
 
 
-def test_the_state_tells_its_listener_what_changed_and_nothing_else():
+async def test_the_state_tells_its_listener_what_changed_and_nothing_else():
     """Every change of the view asked for is told (the screen reads on it, never remembers to);
     asking for what is already asked tells nothing, so nothing is read twice."""
     from marinctl.tui.paint import ChartState

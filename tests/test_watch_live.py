@@ -84,16 +84,16 @@ async def test_a_step_written_live_reaches_the_screen(store, tmp_path):
             assert proc.wait(timeout=60) == 0, err_file.read_text()
             await pilot.press("r")                           # `r`: read the file now (the run finished)
             await wait_for_text(pilot, "reading the run's file now")
-            await wait_for_text(pilot, "finished", timeout=10)
+            await wait_for_text(pilot, "finished", timeout=60)
             assert f"step {LATE_STEP:,}" in screen(app)
             await pilot.press("i")                           # the run pane ends with what the run printed
-            await wait_for_text(pilot, "Console (", "warm-up done", timeout=10)
+            await wait_for_text(pilot, "Console (", "warm-up done", timeout=60)
     finally:
         (out / "go").touch()
         (out / "stop").touch()
         if proc.poll() is None:
             proc.kill()
-            proc.wait(timeout=10)
+            proc.wait(timeout=60)
 
 
 async def test_demo_first_frame_says_what_is_starting_until_steps_arrive(store, tmp_path):
@@ -122,7 +122,7 @@ async def test_demo_first_frame_says_what_is_starting_until_steps_arrive(store, 
                 proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.wait(timeout=10)
+                proc.wait(timeout=60)
 
 
 async def test_a_plan_that_lands_as_the_screen_closes_starts_no_follower(store, tmp_path):

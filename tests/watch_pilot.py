@@ -33,22 +33,34 @@ def screen(app) -> str:
     return screen_text(app).rstrip("\n")
 
 
+# workers that run as long as the view follows (a file's tail) or as long as a sync takes: what is
+# shown does not wait for them, and a settled screen is one whose reads and drawing are done
+BACKGROUND = frozenset({"follow", "sync"})
+
+
 def busy(app) -> bool:
-    return any(w.is_running for w in app.workers)
+    """A read or a drawing is under way (the follower and a sync pass go on in the background)."""
+    return any(w.is_running and w.group not in BACKGROUND for w in app.workers)
 
 
-async def settle(pilot, *, timeout: float = 20.0, quiet: float = 0.3) -> str:
-    """Wait until no worker runs and the screen stops changing for `quiet` seconds; returns it."""
+async def settle(pilot, *, timeout: float = 60.0) -> str:
+    """Wait until nothing is left to do, and return the screen: no worker runs, every message
+    posted has been handled (`pilot.pause()`), and handling them changed nothing on screen since
+    the last look. A fixpoint of the app's own events, never a quiet spell of wall-clock time
+    (which a loaded machine can produce before the work it waits for has even started)."""
     app = pilot.app
     deadline = time.monotonic() + timeout
-    last, since = None, time.monotonic()
+    last = None
     while time.monotonic() < deadline:
-        await pilot.pause(0.05)
+        if busy(app):
+            last = None
+            await pilot.pause(0.02)          # a thread worker runs: give it the GIL
+            continue
+        await pilot.pause()
         now = _stable_part(screen(app))
-        if busy(app) or now != last:
-            last, since = now, time.monotonic()
-        elif time.monotonic() - since >= quiet:
+        if now == last and not busy(app):
             break
+        last = now
     return screen(app)
 
 
@@ -59,7 +71,7 @@ def _stable_part(text: str) -> str:
     return re.sub(r"synced \d+ s ago", "synced", text)
 
 
-async def wait_for_text(pilot, *needles: str, timeout: float = 20.0) -> str:
+async def wait_for_text(pilot, *needles: str, timeout: float = 60.0) -> str:
     """Wait until every needle is on screen; returns the screen (fails with it if not)."""
     app = pilot.app
     deadline = time.monotonic() + timeout
@@ -73,7 +85,7 @@ async def wait_for_text(pilot, *needles: str, timeout: float = 20.0) -> str:
     raise AssertionError(f"not on screen: {missing}\n{text}")
 
 
-async def until(pilot, pred, what: str, timeout: float = 20.0) -> str:
+async def until(pilot, pred, what: str, timeout: float = 60.0) -> str:
     """Poll the screen until `pred(screen)` holds (returns the screen) or fail saying `what`."""
     deadline = time.monotonic() + timeout
     text = screen(pilot.app)
