@@ -5,9 +5,11 @@ headless Chromium from the distribution's packages, driven through Selenium and 
 chromedriver, loads the page, reads the rendered terminal (xterm.js's own buffer: the terminal
 object is caught as textual.js makes it, the page itself unchanged), presses a key, and closes
 the page; the tab's `marinctl watch` process must end with it. Where no Chromium is installed
-the browser test skips and says so (`.ci/run` installs one). The door needs no browser: on a
-non-loopback bind every request without the token gets 403; on loopback, another site's
-page and a rebound host name get 403 too.
+the browser test skips and says why; under `.ci/run`, which installs one or fails in one line,
+it fails instead. The door needs no browser: on a
+non-loopback bind every request without the token gets 403, and the websocket opens (101) with
+it only (an aiohttp client, as the browser's); on loopback, another site's page and a rebound
+host name get 403 too.
 
 `MARINCTL_UPDATE_DOCS=1` also saves the browser's screenshot as docs/serve.png (the README's).
 """
@@ -103,7 +105,10 @@ def browser(monkeypatch):
     """A headless Chromium from the distribution's packages, or a skip that says what is missing."""
     webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed: pip install -e '.[test]'")
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
-        pytest.skip("no Chromium here: apt-get install -y chromium chromium-driver (.ci/run does)")
+        missing = "no Chromium here: apt-get install -y chromium chromium-driver"
+        if os.environ.get("MARINCTL_REQUIRE_CHROMIUM"):         # CI (.ci/run): the browser test runs or fails
+            pytest.fail(missing)
+        pytest.skip(missing + " (.ci/run installs it, or fails)")
     from selenium.webdriver.chrome.service import Service
 
     monkeypatch.setenv("SE_OFFLINE", "true")      # Selenium Manager, should it be asked, downloads nothing
@@ -196,6 +201,56 @@ def test_off_loopback_every_request_needs_the_token(home):
     finally:
         err = served.stop()
     assert token not in err                                                  # printed once, on stdout
+
+
+def _handshake(port: int, target: str) -> str:
+    """The status line a websocket upgrade of `target` gets (the raw request a browser sends)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+        s.sendall((f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                   "Connection: Upgrade\r\nSec-WebSocket-Key: c3ludGhldGljLWtleS0wMQ==\r\n"
+                   "Sec-WebSocket-Version: 13\r\n\r\n").encode())
+        head = b""
+        while b"\r\n" not in head:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+    return head.split(b"\r\n", 1)[0].decode()
+
+
+@pytest.mark.asyncio
+async def test_off_loopback_a_websocket_session_opens_with_the_token_only(home):
+    """The browser's websocket, without a browser (aiohttp): on a non-loopback bind the upgrade is
+    101 with `?token=` and 403 without it or with a wrong one; a session opened with it runs a watch
+    of its own that draws the run, and ends when the socket closes."""
+    import asyncio
+
+    import aiohttp
+
+    served = Served(home, "rung1", "--host", "0.0.0.0")
+    try:
+        token = re.search(r"\?token=([\w.~-]+)$", served.url).group(1)
+        for query in ("", "?token=", f"?token={token[:-1]}{'x' if token[-1] != 'x' else 'y'}"):
+            assert _handshake(served.port, "/ws" + query).split(" ", 2)[1] == "403", query
+        assert not served.children(), "a refused socket started a watch"
+        assert _handshake(served.port, f"/ws?token={token}&width=120&height=40").split(" ", 2)[1] == "101"
+        assert wait_until(lambda: not served.children(), timeout=30)        # that session closed at once
+        async with aiohttp.ClientSession() as session:
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await session.ws_connect(f"ws://127.0.0.1:{served.port}/ws")
+            assert refused.value.status == 403
+            async with session.ws_connect(f"ws://127.0.0.1:{served.port}/ws?token={token}&width=120&height=40") as ws:
+                seen = b""
+                while b"rung1" not in seen or b"train/loss" not in seen:    # the tab's watch draws the run
+                    message = await asyncio.wait_for(ws.receive(), timeout=90)
+                    assert message.type in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT), message
+                    seen += message.data if isinstance(message.data, bytes) else message.data.encode()
+                tabs = served.children()
+                assert tabs, "no watch process serves the session"
+        assert wait_until(lambda: not (tabs & served.children()), timeout=30), "the session's watch outlived it"
+    finally:
+        err = served.stop()
+    assert token not in err
 
 
 def test_on_loopback_other_sites_and_rebound_names_get_403(home):
