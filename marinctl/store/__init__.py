@@ -66,7 +66,8 @@ class Store:
                 # This process already holds the file read-write: share that instance.
                 if "different configuration" in str(exc):
                     if read_only:
-                        return duckdb.connect(str(self.path), read_only=False)
+                        read_only = False       # the read-write instance serves this read: again, at once
+                        continue
                     # Another thread of this process is reading read-only: wait for it to close.
                     last = exc
                 elif not _is_lock_error(exc):
@@ -75,6 +76,13 @@ class Store:
                     last = exc
             except duckdb.IOException as exc:
                 if not _is_lock_error(exc):
+                    raise
+                last = exc
+            except duckdb.BinderException as exc:
+                # duckdb 1.5: a connect while another thread of this process closes the file's last
+                # connection meets the instance on its way out ("Unique file handle conflict"); it is
+                # gone a moment later
+                if "file handle conflict" not in str(exc):
                     raise
                 last = exc
             if time.monotonic() >= deadline:
