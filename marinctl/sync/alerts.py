@@ -12,9 +12,10 @@ sync pass does not (the local tail; `LocalChanges` says when its pass is due and
 runs). `FollowAlerts` pairs it with a Delivery (sync/delivery.py): the one object a follow
 loop holds.
 
-With `claim=True` (a follower that delivers), each new alert is claimed for this process in
-the transaction that stores it, and `pending()` claims what earlier followers of the same
-runs left undelivered (fired within PENDING_WITHIN; their claims lapsed).
+With `sinks` (a follower that delivers: each sink's id and kind), each new alert's delivery to
+every one of them is claimed for this process in the transaction that stores it, and
+`pending()` claims what earlier followers of the same runs left undelivered to these sinks
+(fired within PENDING_WITHIN; their claims lapsed), sink by sink.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -55,10 +56,10 @@ class _Run:
 
 
 class Alerter:
-    def __init__(self, store: Store, rules: Rules | None = None, *, claim: bool = False):
+    def __init__(self, store: Store, rules: Rules | None = None, *, sinks: Sequence[tuple[str, str]] = ()):
         self.store = store
         self.rules = rules or Rules()
-        self.claim = claim
+        self.sinks = list(sinks)
         self.me = f"{socket.gethostname()}:{os.getpid()}"
         self.started = datetime.now(timezone.utc)
         self._runs: dict[str, _Run] = {}
@@ -94,14 +95,15 @@ class Alerter:
             with self.store.connect() as con:
                 return alerts_store.get(con, fired)
 
-    def pending(self) -> list[dict[str, Any]]:
-        """Undelivered alerts of the followed runs no live follower holds: claimed for this one."""
-        if not self._runs:
+    def pending(self) -> list[tuple[dict[str, Any], list[str]]]:
+        """Alerts of the followed runs that this follower's sinks still owe, no live follower
+        delivering them: claimed for this one, each with the ids of the sinks it owes."""
+        if not self._runs or not self.sinks:
             return []
         now = datetime.now(timezone.utc)
         with self.store.transaction() as con:
-            return alerts_store.claim_pending(con, list(self._runs), self.me, now + timedelta(seconds=CLAIM_S),
-                                              now - PENDING_WITHIN)
+            return alerts_store.claim_pending(con, list(self._runs), self.sinks, self.me,
+                                              now + timedelta(seconds=CLAIM_S), now - PENDING_WITHIN, gone=holder_gone)
 
     # -- one pass -------------------------------------------------------------------------------
     def _pass(self, con: Connection, uids: list[str]) -> list[tuple[dict[str, Any], raised.Candidate]]:
@@ -131,13 +133,14 @@ class Alerter:
                     alerts_store.extend(con, got[0], c.end)
                 continue
             title, summary = wording.words(con, run, c)
-            fired.append(alerts_store.insert(con, {
+            alert_id = alerts_store.insert(con, {
                 "run_uid": run["uid"], "cause": c.cause, "episode_start": c.start, "episode_end": c.end,
                 "step": c.step, "metric": c.metric, "kind": c.kind, "cause_class": c.cause_class,
                 "severity": c.severity, "title": title, "summary": summary,
-                "command": wording.command(con, run, c.step), "details": c.details},
-                claimed_by=self.me if self.claim else None,
-                claimed_until=now + timedelta(seconds=CLAIM_S) if self.claim else None))
+                "command": wording.command(con, run, c.step), "details": c.details})
+            if self.sinks:
+                alerts_store.add_deliveries(con, alert_id, self.sinks, self.me, now + timedelta(seconds=CLAIM_S))
+            fired.append(alert_id)
         return fired
 
     def _baseline(self, con: Connection, run: dict[str, Any], now: datetime) -> _Run:
@@ -209,6 +212,22 @@ class Alerter:
         return steps, values
 
 
+def holder_gone(holder: str) -> bool:
+    """Whether a delivery claim's holder ('host:pid') is a process of this machine that has ended
+    (a follower killed mid-delivery: its claims need not wait out CLAIM_S). Other machines' claims
+    lapse by time alone."""
+    host, _, pid = holder.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:          # alive, another user's
+        return False
+    return False
+
+
 def _after(track: Track, otherwise: int) -> int:
     """The first step a track has not judged."""
     return (track.last if track.last is not None else otherwise) + 1
@@ -224,7 +243,7 @@ class FollowAlerts:
     """
 
     def __init__(self, store: Store, rules: Rules | None, sinks=(), *, warn=None, terminal=None):
-        self.alerter = Alerter(store, rules, claim=bool(sinks))
+        self.alerter = Alerter(store, rules, sinks=[(s.id, s.kind) for s in sinks])
         self.delivery = None
         self._pending_at: float | None = None
         if sinks:
@@ -235,13 +254,13 @@ class FollowAlerts:
     def after_pass(self, uids: Iterable[str] = (), *, detect: bool = False) -> list[dict[str, Any]]:
         """New alerts (oldest first), already on their way to the sinks."""
         new = self.alerter.after_pass(uids, detect=detect)
-        pending: list[dict[str, Any]] = []
-        if self.delivery is not None and self.alerter.runs and (
-                self._pending_at is None or time.monotonic() - self._pending_at >= PENDING_EVERY_S):
-            pending = self.alerter.pending()
+        if self.delivery is None:
+            return new
+        owed: list[tuple[dict[str, Any], list[str] | None]] = [(a, None) for a in new]
+        if self.alerter.runs and (self._pending_at is None or time.monotonic() - self._pending_at >= PENDING_EVERY_S):
+            owed += self.alerter.pending()
             self._pending_at = time.monotonic()
-        if self.delivery is not None:
-            self.delivery.submit(new + pending)
+        self.delivery.submit(owed)
         return new
 
     def close(self, wait_s: float | None = None) -> int:

@@ -3,14 +3,19 @@
 `Delivery` owns one thread per sink (a Slack outage never delays the webhook). Each thread
 keeps its own queue of (alert, attempt) and tries the earliest due one: a try is bounded by
 TRY_TIMEOUT_S (sinks.py), and one that fails is tried again after BACKOFF_S[attempt] seconds
-(the last value repeating) for as long as the follower runs. Every try is written to the
-store — `tries`, `last_error`, the claim renewed — and the first sink that accepts an alert
-marks it delivered (store/alerts.py). What is still undelivered when the follower stops keeps
-`"delivered": false` in `marinctl alerts`, and the next follower of its run sends it.
+(the last value repeating) for as long as the follower runs — that sink alone: the others are
+not sent it again. Every try is written to the store, on the sink's own delivery row —
+`tries`, `last_error`, the claim renewed, when it accepted (store/alerts.py). What a sink still
+owes when the follower stops is sent by the next follower of the run with that sink; until
+one sink accepts it, `marinctl alerts` lists the alert `"delivered": false`.
 
-Any follow loop can use it: `sync --follow` (both its local tail and its W&B poll) and, later,
-`watch`. `submit` only queues; `close` lets each sink finish the try it is in (bounded) and
-gives this process's claims back.
+A sink's try and the store's record of it are two steps: a follower killed between them
+resends the alert to that sink once its claim lapses (CLAIM_S), with the same idempotency key
+(sinks.py), so delivery is at least once per sink and a receiver that keeps keys sees it once.
+
+Any follow loop uses it (sync/alerts.py `FollowAlerts`): `sync --follow` and `watch`. `submit`
+only queues; `close` lets each sink finish the try it is in (bounded) and gives this process's
+claims back.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import queue
 import threading
 import time
 from datetime import datetime, timedelta, timezone
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 from marinctl.domain import Warn
 from marinctl.store import Store
@@ -52,11 +57,12 @@ class Delivery:
             w.thread.start()
         return self
 
-    def submit(self, alerts: Sequence[dict[str, Any]]) -> None:
-        """Queue alerts (claimed by this process) for every sink."""
-        for alert in alerts:
+    def submit(self, owed: Sequence[tuple[dict[str, Any], Collection[str] | None]]) -> None:
+        """Queue alerts (claimed by this process), each for the sinks (ids) that owe it (None: every sink)."""
+        for alert, sinks in owed:
             for w in self._workers:
-                w.inbox.put(alert)
+                if sinks is None or w.sink.id in sinks:
+                    w.inbox.put(alert)
 
     def close(self, wait_s: float | None = None) -> None:
         """Stop after each sink's current try (at most `wait_s`, default one try's bound); give claims back."""
@@ -91,11 +97,11 @@ class Delivery:
 
     def _tried(self, sink: Sink, alert: dict[str, Any], error: str | None, attempt: int) -> None:
         until = datetime.now(timezone.utc) + timedelta(seconds=CLAIM_S)
-        self._write(alerts_store.tried, alert["alert_id"], error and f"{sink.label}: {error}", self.me, until)
-        if error is None:
-            self._write(alerts_store.delivered, alert["alert_id"], sink.kind)
-        elif self._warn is not None and (sink.label, attempt) not in self._said and attempt in (0, 3, 6):
-            self._said.add((sink.label, attempt))
+        self._write(alerts_store.tried, alert["alert_id"], sink.id, sink.kind, error and f"{sink.label}: {error}",
+                    self.me, until)
+        said = (sink.label, attempt)
+        if error is not None and self._warn is not None and said not in self._said and attempt in (0, 3, 6):
+            self._said.add(said)
             wait = self.backoff[min(attempt, len(self.backoff) - 1)]
             self._warn(f"alert not delivered to {sink.label}: {error}; trying again in {wait:g} s")
 

@@ -16,10 +16,17 @@
 No secret goes into a body: W&B's and GitHub's tokens, every sink's own URL or command, and
 credentials inside any URL are replaced by `[redacted]` in every string of every body.
 Every try is bounded by `timeout`.
+
+Every alert carries an idempotency key, the same in every try, from every follower and after
+any restart (a digest of the alert's identity: run, cause, episode start): the generic JSON's
+`idempotency_key`, Slack's message `metadata`, and the `Idempotency-Key` header of every HTTP
+sink. A follower killed between a sink's answer and the store's record of it sends the alert
+again after its claim lapses; a receiver that keeps the keys it has seen drops that resend.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -48,6 +55,14 @@ Terminal = Callable[[str], bool]   # writes a notification escape to the user's 
 class Sink:
     kind: str
     target: str = ""    # the URL or COMMAND (a secret: never printed, stored or sent)
+
+    @property
+    def id(self) -> str:
+        """What the store keeps of the sink: its kind and a digest of its target (never the target)."""
+        if not self.target:
+            return self.kind
+        digest = hashlib.sha256(f"{self.kind}\0{self.target}".encode()).hexdigest()[:16]
+        return f"{self.kind}:{digest}"
 
     @property
     def label(self) -> str:
@@ -118,6 +133,13 @@ def _scrubbed(obj: Any, hidden: Sequence[str]) -> Any:
 
 # --- shapes --------------------------------------------------------------------------------------
 
+def idempotency_key(alert: dict[str, Any]) -> str:
+    """The alert's key for receivers that drop resends: a digest of its identity (run, cause,
+    episode start), the same from any follower, store or restart."""
+    ident = f"{alert['run_uid']}\x1f{alert.get('cause') or alert['kind']}\x1f{int(alert['episode_start'])}"
+    return "marinctl-" + hashlib.sha256(ident.encode()).hexdigest()[:32]
+
+
 def generic(alert: dict[str, Any], hidden: Sequence[str] = ()) -> dict[str, Any]:
     """The contract's body: run, step, metric, cause_class, severity, title, summary, command (and more)."""
     fired = alert.get("fired_at")
@@ -127,7 +149,7 @@ def generic(alert: dict[str, Any], hidden: Sequence[str] = ()) -> dict[str, Any]
         "summary": _t(alert.get("summary")) or None, "command": _t(alert["command"]),
         "kind": alert["kind"], "run_name": _t(alert.get("name")) or None, "run_uid": _t(alert["run_uid"]),
         "episode": {"start": int(alert["episode_start"]), "end": int(alert["episode_end"])},
-        "alert_id": int(alert["alert_id"]),
+        "alert_id": int(alert["alert_id"]), "idempotency_key": idempotency_key(alert),
         "fired_at": fired.astimezone(timezone.utc).isoformat() if hasattr(fired, "astimezone") else fired,
         "source": "marinctl",
     }
@@ -136,8 +158,11 @@ def generic(alert: dict[str, Any], hidden: Sequence[str] = ()) -> dict[str, Any]
 
 def slack(alert: dict[str, Any], hidden: Sequence[str] = ()) -> dict[str, Any]:
     """Slack's incoming-webhook shape: one mrkdwn `text`, links and media not unfurled."""
-    text = _chat_text(generic(alert, hidden), bold="*", prose=_slack_prose, code=_slack_code)
-    return {"text": text, "mrkdwn": True, "unfurl_links": False, "unfurl_media": False}
+    g = generic(alert, hidden)
+    text = _chat_text(g, bold="*", prose=_slack_prose, code=_slack_code)
+    return {"text": text, "mrkdwn": True, "unfurl_links": False, "unfurl_media": False,
+            "metadata": {"event_type": "marinctl_alert", "event_payload": {"idempotency_key": g["idempotency_key"],
+                                                                           "alert_id": g["alert_id"]}}}
 
 
 def discord(alert: dict[str, Any], hidden: Sequence[str] = ()) -> dict[str, Any]:
@@ -204,7 +229,8 @@ def send(sink: Sink, alert: dict[str, Any], *, hidden: Sequence[str], timeout: f
     if sink.kind in ("webhook", "slack", "discord"):
         from marinctl.sources.webhook import post_json
 
-        return post_json(sink.target, payload(sink, alert, hidden), timeout=timeout)
+        return post_json(sink.target, payload(sink, alert, hidden), timeout=timeout,
+                         headers={"Idempotency-Key": idempotency_key(alert)})
     if sink.kind == "exec":
         return _run(sink.target, payload(sink, alert, hidden), timeout)
     return _desktop(generic(alert, hidden), timeout, terminal)
