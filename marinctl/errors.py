@@ -64,3 +64,8 @@ class NoStore(UserError):
 
 class StoreLocked(RuntimeFailure):
     """Another process held the store longer than this one would wait."""
+
+
+def is_interrupt(exc: BaseException) -> bool:
+    """Ctrl-C that arrived inside a DuckDB query (DuckDB raises its own error, not KeyboardInterrupt)."""
+    return type(exc).__name__ == "InterruptException" or str(exc).strip() == "Query interrupted"

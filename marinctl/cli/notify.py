@@ -9,7 +9,7 @@ pass; it never ends the follow.
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from marinctl.cli import output
 
@@ -53,51 +53,35 @@ def rules_of(*, follow: bool):
     return load(paths.home())
 
 
-class Alerting:
-    """The follow's FollowAlerts (sync/alerts.py), saying new alerts and failed deliveries on stderr."""
+def follow_alerts(store, sinks: Sequence, rules, *, quiet: bool):
+    """The follow's FollowAlerts (sync/follow_alerts.py), saying new alerts and failed passes or
+    deliveries on stderr (nothing with `quiet`: --json)."""
+    from marinctl.sync.follow_alerts import FollowAlerts
 
-    def __init__(self, store, sinks: Sequence, rules, *, quiet: bool):
-        from marinctl.sync.alerts import FollowAlerts
+    alerts = FollowAlerts(store, rules, sinks, said=None if quiet else _say, problem=None if quiet else _warn,
+                          terminal=_terminal)
+    if sinks and not quiet:
+        output.info("alerts go to " + ", ".join(s.label for s in sinks))
+    return alerts
 
-        self.quiet = quiet
-        self._failing = False
-        self.alerts = FollowAlerts(store, rules, sinks, warn=self._warn, terminal=_terminal)
-        if sinks and not quiet:
-            output.info("alerts go to " + ", ".join(s.label for s in sinks))
 
-    def after_pass(self, uids: Iterable[str], *, detect: bool = False) -> list[dict[str, Any]]:
-        from marinctl.cli.boundary import is_interrupt
+def close(alerts, *, quiet: bool) -> None:
+    """Stop delivering (bounded); say how many deliveries the next follower will make."""
+    waiting = alerts.close()
+    if waiting and not quiet:
+        output.info(f"{waiting} alert deliveries not done; `marinctl alerts` lists them, and the next"
+                    " follower of these runs sends them")
 
-        try:
-            new = self.alerts.after_pass(uids, detect=detect)
-        except Exception as exc:  # noqa: BLE001 — a busy store: the next pass tries again
-            if is_interrupt(exc):
-                raise
-            if not self._failing:
-                self._warn(f"alerts not checked this pass ({type(exc).__name__}: {exc}); trying again at the next")
-            self._failing = True
-            return []
-        self._failing = False
-        for a in new:
-            self._say(a)
-        return new
 
-    def close(self) -> None:
-        waiting = self.alerts.close()
-        if waiting and not self.quiet:
-            output.info(f"{waiting} alert deliveries not done; `marinctl alerts` lists them, and the next"
-                        " follower of these runs sends them")
+def _say(new: list[dict[str, Any]]) -> None:
+    from marinctl.text import inert
 
-    def _say(self, alert: dict[str, Any]) -> None:
-        if self.quiet:
-            return
-        from marinctl.text import inert
-
+    for alert in new:
         output.info(f"alert ({alert['severity']} · {alert['cause_class']}): {inert(alert['title'], single_line=True)}"
                     f" — {inert(alert['command'], single_line=True)}")
 
-    def _warn(self, message: str) -> None:
-        from marinctl.text import inert
 
-        if not self.quiet:
-            output.info(f"warning: {inert(message, single_line=True)}")
+def _warn(message: str) -> None:
+    from marinctl.text import inert
+
+    output.info(f"warning: {inert(message, single_line=True)}")

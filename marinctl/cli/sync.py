@@ -73,9 +73,9 @@ def sync(
                                                          f" every {interval:g} s") + "; Ctrl-C stops")
     alerting = None
     if follow:
-        from marinctl.cli.notify import Alerting
+        from marinctl.cli.notify import follow_alerts
 
-        alerting = Alerting(store, sinks, rules, quiet=json_out)
+        alerting = follow_alerts(store, sinks, rules, quiet=json_out)
     try:
         if follow and all(p.kind == "local" for p in plans):
             _follow_local(store, plans, json_out=json_out, alerting=alerting)
@@ -84,13 +84,15 @@ def sync(
               select=select, detect=detect)
     finally:
         if alerting is not None:
-            alerting.close()
+            from marinctl.cli.notify import close
+
+            close(alerting, quiet=json_out)
 
 
 def _poll(store, targets, plans, *, follow: bool, interval: float, json_out: bool, alerting, select=None,
           detect: bool = False) -> None:
     """One sync, or with --follow one every `interval` seconds until Ctrl-C (each followed by an alert pass)."""
-    from marinctl.cli.boundary import is_interrupt
+    from marinctl.errors import is_interrupt
     from marinctl.sources import http
     from marinctl.store.synclock import acquire_all
     from marinctl.sync import lock_key, sync_targets
@@ -172,19 +174,18 @@ def _warn(message: str) -> None:
 
 def _follow_local(store, plans, *, json_out: bool, alerting=None) -> None:
     """Tail local runs record by record (sync.local.follow) until Ctrl-C; when one is due
-    (sync/alerts.py `LocalChanges`), the runs that changed are scored and an alert pass runs."""
+    (sync/follow_alerts.py `local_pass`), the runs that changed are scored and an alert pass runs."""
     import threading
 
     from marinctl.store.synclock import acquire_all
     from marinctl.sync import lock_key
-    from marinctl.sync.alerts import LocalChanges
     from marinctl.sync.local import follow
 
     stop = threading.Event()
-    changes = LocalChanges()
 
     def on_update(results: list[dict]) -> None:
-        changes.add(results)
+        if alerting is not None:
+            alerting.changed(results)
         if json_out:
             output.print_json({"runs": results, "events_added": 0})
         else:
@@ -200,8 +201,8 @@ def _follow_local(store, plans, *, json_out: bool, alerting=None) -> None:
         try:
             while any(t.is_alive() for t in threads):
                 time.sleep(0.2)
-                if alerting is not None and changes.due():
-                    alerting.after_pass(changes.take(store), detect=True)
+                if alerting is not None:
+                    alerting.local_pass()
         except KeyboardInterrupt:
             pass
         finally:

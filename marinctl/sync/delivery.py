@@ -13,7 +13,7 @@ A sink's try and the store's record of it are two steps: a follower killed betwe
 resends the alert to that sink once its claim lapses (CLAIM_S), with the same idempotency key
 (sinks.py), so delivery is at least once per sink and a receiver that keeps keys sees it once.
 
-Any follow loop uses it (sync/alerts.py `FollowAlerts`): `sync --follow` and `watch`. `submit`
+Any follow loop uses it (sync/follow_alerts.py `FollowAlerts`): `sync --follow` and `watch`. `submit`
 only queues; `close` lets each sink finish the try it is in (bounded) and gives this process's
 claims back.
 """

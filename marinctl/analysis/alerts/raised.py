@@ -1,6 +1,6 @@
 """What an alert pass raises for one run: candidates, before the store says which are new.
 
-The built-in sources (issue 29):
+The built-in sources:
 - **incidents** (analysis/detect/incidents.py, explain's grouping): every one of `high`
   severity — the rule explain ranks by — and every throughput collapse (tokens/s or step
   time below the run's own recent range, detectors.throughput) whatever its level. One per
