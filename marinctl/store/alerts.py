@@ -161,12 +161,6 @@ def tried(con: Connection, alert_id: int, sink: str, kind: str, error: str | Non
                     [kind, kind, kind, alert_id])
 
 
-def release(con: Connection, me: str) -> None:
-    """This follower stops: its claims on deliveries not done lapse at once (the next follower takes them)."""
-    con.execute("UPDATE alert_deliveries SET claimed_until = NULL, claimed_by = NULL WHERE claimed_by = ?"
-                " AND delivered_at IS NULL", [me])
-
-
 def deliveries(con: Connection, alert_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
     """Each alert's deliveries, sink by sink (kind, tries, last error, when accepted)."""
     if not alert_ids:

@@ -39,6 +39,8 @@ class Alerter:
         self.me = f"{socket.gethostname()}:{os.getpid()}"
         self.started = datetime.now(timezone.utc)
         self._runs: dict[str, followed.Followed] = {}
+        self.stored_elsewhere = False     # a pass found an episode another follower had stored: its sinks may owe it
+        self._known: set[int] = set()     # alerts this follower fired or saw stored
         self._unsaved: list[tuple[dict[str, Any], raised.Candidate]] = []
         self._lock = threading.Lock()
 
@@ -96,6 +98,9 @@ class Alerter:
                 got = alerts_store.episode_of(con, run["uid"], c.cause, c.start, c.end, c.gap)
                 if got is None or c.end > got[1]:
                     out.append((run, c))
+                if got is not None and got[0] not in self._known:
+                    self._known.add(got[0])
+                    self.stored_elsewhere = True
         return out
 
     def _store(self, con: Connection, found: list[tuple[dict[str, Any], raised.Candidate]]) -> list[int]:
@@ -117,6 +122,7 @@ class Alerter:
             if self.sinks:
                 alerts_store.add_deliveries(con, alert_id, self.sinks, self.me, now + timedelta(seconds=CLAIM_S))
             fired.append(alert_id)
+            self._known.add(alert_id)
         return fired
 
 

@@ -14,8 +14,7 @@ resends the alert to that sink once its claim lapses (CLAIM_S), with the same id
 (sinks.py), so delivery is at least once per sink and a receiver that keeps keys sees it once.
 
 Any follow loop uses it (sync/follow_alerts.py `FollowAlerts`): `sync --follow` and `watch`. `submit`
-only queues; `close` lets each sink finish the try it is in (bounded) and gives this process's
-claims back.
+only queues; `close` lets each sink finish the try it is in (bounded).
 """
 
 from __future__ import annotations
@@ -65,18 +64,19 @@ class Delivery:
                     w.inbox.put(alert)
 
     def close(self, wait_s: float | None = None) -> None:
-        """Stop after each sink's current try (at most `wait_s`, default one try's bound); give claims back."""
+        """Stop after each sink's current try (at most `wait_s`, default one try's bound).
+
+        The claims are not given back here: a follower stops on Ctrl-C, and a store connection
+        opened after a query Ctrl-C interrupted can block for good in DuckDB 1.5 (a follower that
+        said "stopped" then hung, until SIGKILL). They need not be: once this process is gone, a
+        follower of the same machine takes them at once (sync/alerts.py `holder_gone`); elsewhere
+        they lapse after CLAIM_S."""
         self._stop.set()
         for w in self._workers:
             w.inbox.put(None)
         deadline = time.monotonic() + (self.timeout + 1.0 if wait_s is None else wait_s)
         for w in self._workers:
             w.thread.join(timeout=max(deadline - time.monotonic(), 0.05))
-        try:
-            with self.store.transaction() as con:
-                alerts_store.release(con, self.me)
-        except Exception:  # noqa: BLE001 — claims lapse on their own (CLAIM_S)
-            pass
 
     @property
     def waiting(self) -> int:

@@ -2,8 +2,9 @@
 
 `FollowAlerts` is what a follow loop holds: an `Alerter` (sync/alerts.py) and, with sinks, a
 `Delivery` (sync/delivery.py) beside it. After each sync pass the loop calls `after_pass`: the
-new alerts are handed to every sink, every PENDING_EVERY_S what earlier followers of the same
-runs left undelivered is claimed and sent too, and the caller hears of them through `said`. A
+new alerts are handed to every sink, every PENDING_EVERY_S — and at once when the pass raised
+an episode another follower had stored first — what this follower's sinks still owe of the
+followed runs' alerts is claimed and sent too, and the caller hears of new ones through `said`. A
 pass that fails (a busy store) is said once through `problem` and tried again at the next pass;
 it never ends the follow (Ctrl-C inside a DuckDB query still does). The caller decides how to
 say things — `sync --follow` on stderr (cli/notify.py), `watch` as messages to its screen
@@ -57,24 +58,35 @@ class FollowAlerts:
         pass failed (said once, tried again at the next)."""
         try:
             new = self.alerter.after_pass(uids, detect=detect)
-            owed: list[tuple[dict[str, Any], list[str] | None]] = [(a, None) for a in new]
-            if self.delivery is not None and self.alerter.runs and (
-                    self._pending_at is None or time.monotonic() - self._pending_at >= PENDING_EVERY_S):
+        except Exception as exc:  # noqa: BLE001 — a busy store: the next pass tries again
+            self._failed(exc)
+            return []
+        owed: list[tuple[dict[str, Any], list[str] | None]] = [(a, None) for a in new]
+        if self.delivery is not None and self.alerter.runs and (
+                self._pending_at is None or time.monotonic() - self._pending_at >= PENDING_EVERY_S
+                or self.alerter.stored_elsewhere):          # another follower stored what we raised
+            try:
                 owed += self.alerter.pending()
                 self._pending_at = time.monotonic()
-        except Exception as exc:  # noqa: BLE001 — a busy store: the next pass tries again
-            if is_interrupt(exc):
-                raise
-            if not self._failing and self._problem is not None:
-                self._problem(f"alerts not checked this pass ({type(exc).__name__}: {exc}); trying again at the next")
-            self._failing = True
-            return []
-        self._failing = False
+                self.alerter.stored_elsewhere = False
+                self._failing = False
+            except Exception as exc:  # noqa: BLE001 — what is owed stays owed: the next pass claims it
+                self._failed(exc)
+        else:
+            self._failing = False
         if self.delivery is not None:
             self.delivery.submit(owed)
         if new and self._said is not None:
             self._said(new)
         return new
+
+    def _failed(self, exc: Exception) -> None:
+        """A pass (or its claim of what is owed) met a busy store: said once until one succeeds."""
+        if is_interrupt(exc):
+            raise exc
+        if not self._failing and self._problem is not None:
+            self._problem(f"alerts not checked this pass ({type(exc).__name__}: {exc}); trying again at the next")
+        self._failing = True
 
     def changed(self, results: Iterable[dict[str, Any]]) -> None:
         """What a local tail's poll wrote (`sync.local.follow`'s `on_update` results)."""

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from marinctl.sync.follow_alerts import FollowAlerts
 
 TAIL_TICK_S = 0.2          # how often the local loop asks whether a pass is due
-CLOSE_WAIT_S = 1.0         # on quit, the most a sink's current try is waited for (claims are given back after)
+CLOSE_WAIT_S = 1.0         # on quit, the most a sink's current try is waited for
 TOAST_S = 20.0             # an alert stays on screen this long
 
 
@@ -70,8 +70,8 @@ class AlertPasses:
         return alerts.changed if alerts is not None else (lambda results: None)
 
     def close(self) -> None:
-        """Stop delivering, off the UI thread: each sink's current try ends (bounded), claims are
-        given back (`closing` is that thread)."""
+        """Stop delivering, off the UI thread: each sink's current try ends, bounded (`closing` is
+        that thread)."""
         with self._lock:
             self._closed, alerts = True, self._alerts
         if alerts is not None and alerts.delivery is not None:
