@@ -27,11 +27,13 @@ class Follower:
         self.proc = subprocess.Popen(MARINCTL + args, env=env, cwd=ROOT, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         self.lines: list[str] = []
+        self.seen_at: list[float] = []     # time.monotonic() when each line arrived
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
         for raw in self.proc.stderr:
+            self.seen_at.append(time.monotonic())
             self.lines.append(raw.decode(errors="replace").rstrip("\n"))
 
     @property
@@ -54,9 +56,12 @@ class Follower:
                    timeout)
         return [line for line in list(self.lines) if text in line]
 
-    def synced(self, step: int, timeout: float = WAIT_S) -> None:
-        """Wait until a pass has synced `step` (its alert pass ran in the same round, before this line)."""
-        self.said(f"last step {step:,}", timeout=timeout)
+    def synced(self, step: int, run: str = "", timeout: float = WAIT_S) -> None:
+        """Wait until a pass has synced `step` (of `run`, when given): its alert pass ran in the same
+        round, before this line."""
+        needle = f"last step {step:,}"
+        self.until(lambda: any(needle in line and line.startswith(run) for line in list(self.lines)),
+                   f"{run or 'a run'} synced to step {step:,}", timeout)
 
     def passes(self, server, n: int = 1, timeout: float = WAIT_S) -> None:
         """Wait until `n` passes that began after this call are over (their alert passes included):

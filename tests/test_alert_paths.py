@@ -4,9 +4,9 @@
   key reaches a real `exec=` command (the JSON on its stdin) and `notify-send` (a stand-in on PATH
   that records its argv) as data: nothing in it is executed, and no control character survives.
 - A run turning crashed raises its alert, and every sink's failure path — webhook, Slack and
-  Discord refusing it, a URL nothing listens on — keeps each sink's secret (URL path, query,
-  credentials) out of stderr, the stored `last_error`s and everything else the store holds about
-  alerts.
+  Discord refusing it, a URL nothing listens on, Pushover refusing the app token, ntfy the access
+  token — keeps each sink's secret (URL path, query, credentials, keys, tokens) out of stderr, the
+  stored `last_error`s and everything else the store holds about alerts.
 
 Loopback fakes only, SYNTHETIC runs; every wait is on an event (a line printed, a request seen).
 """
@@ -22,6 +22,8 @@ import pytest
 
 from tests.blackbox import strict_json
 from tests.fakes.growing import Feed, growing_run
+from tests.fakes.ntfy_server import NtfyServer
+from tests.fakes.pushover_api import PushoverAPI
 from tests.fakes.wandb_server import WandbServer
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tests.follower import WAIT_S, follow, listed, marinctl
@@ -79,11 +81,15 @@ SECRET = "synthetic-secret-5f1e0c9a"      # in every sink's URL, key or token be
 
 def test_a_crashed_run_alerts_and_no_failing_sink_says_or_stores_its_secret(env, tmp_path):
     run = growing_run("synthetic-alerts-crash", seed=22)
-    with WandbServer([run], verbose=False) as server, WebhookReceiver() as hook:
+    user_key = ("u" + SECRET.replace("-", "") * 2)[:30]      # a Pushover user key is 30 letters and digits
+    with WandbServer([run], verbose=False) as server, WebhookReceiver() as hook, \
+            PushoverAPI(token="synthetic-right-app-token") as push, NtfyServer(token="tk_synthetic_right") as ntfy:
         hook.failing.add("/")
-        env.update(WANDB_BASE_URL=server.url)
+        env.update(WANDB_BASE_URL=server.url, PUSHOVER_API_URL=push.url, PUSHOVER_APP_TOKEN=f"app-{SECRET}",
+                   NTFY_TOKEN=f"tk_{SECRET}")
         sinks = (f"webhook={hook.url}/hook/{SECRET}?token={SECRET}&x=1", f"slack={hook.url}/slack/T0/B0/{SECRET}",
-                 f"discord={hook.url}/discord/1/{SECRET}", f"webhook=http://user:{SECRET}@127.0.0.1:9/x")
+                 f"discord={hook.url}/discord/1/{SECRET}", f"webhook=http://user:{SECRET}@127.0.0.1:9/x",
+                 f"pushover={user_key}", f"ntfy={ntfy.url}/topic-{SECRET}")
         feed = Feed(server, run)
         with follow(run.path, env, *sinks) as f:
             f.synced(feed.last_step)
@@ -92,8 +98,8 @@ def test_a_crashed_run_alerts_and_no_failing_sink_says_or_stores_its_secret(env,
                 run.state = "crashed"
                 run._touch()
             f.said("alert (")
-            f.until(lambda: len(hook.posts) >= 3 and sum("not delivered" in line for line in f.lines) >= 4,
-                    "a failed try on every sink")
+            f.until(lambda: len(hook.posts) >= 3 and push.messages and ntfy.messages and
+                    sum("not delivered" in line for line in f.lines) >= 6, "a failed try on every sink")
             assert f.stop() in (0, 130), f.err[-2000:]
     (row,) = listed(env)
     assert (row["kind"], row["cause_class"], row["severity"]) == ("crashed", "infrastructure", "high"), row
@@ -101,10 +107,11 @@ def test_a_crashed_run_alerts_and_no_failing_sink_says_or_stores_its_secret(env,
     assert row["delivered"] is False and len(row["deliveries"]) == len(sinks), row
     errors = [d["last_error"] for d in row["deliveries"]]
     assert all(errors) and any("HTTP 500" in e for e in errors) and any("cannot connect" in e for e in errors)
+    assert any("HTTP 400" in e for e in errors) and any("HTTP 403" in e for e in errors), errors   # Pushover, ntfy
     stored = [marinctl(env, "sql", f"SELECT * FROM {t}", "--json").stdout for t in ("alerts", "alert_deliveries")]
     shown = marinctl(env, "alerts").stdout
     for text, where in [(f.err, "stderr"), (json.dumps(row), "alerts --json"), (shown, "alerts"),
                         *((s, "the store") for s in stored)]:
         assert SECRET not in text and SECRET.replace("-", "")[:20] not in text, where
     assert strict_json(stored[1]) and "answered HTTP" in stored[1]     # the sql read worked: the check checked
-    assert "slack (127.0.0.1:" in f.err and "discord (127.0.0.1:" in f.err
+    assert "slack (127.0.0.1:" in f.err and "pushover (127.0.0.1:" in f.err and "ntfy (127.0.0.1:" in f.err

@@ -44,6 +44,10 @@ CASES = [
     case("mix-negative-at", ["mix", "--at", "-3"], 2, ["--at"]),
     case("events-negative-window", ["events", "--window", "-1"], 2, ["--window"]),
     case("home-under-dev-null", ["--home", "/dev/null/x", "runs"], 1, ["/dev/null/x"]),
+    # as-a-user TYPOS of on call: alerts ack, --preset, the ntfy sink
+    case("alerts-ack-no-such-id", ["alerts", "ack", "no-such-id"], 2, ["no-such-id"]),
+    case("sync-preset-unknown", ["sync", "x/y", "--follow", "--preset", "no-such-preset"], 2, ["no-such-preset"]),
+    case("sync-notify-ntfy-not-a-url", ["sync", "x/y", "--follow", "--notify", "ntfy=not a url"], 2, ["ntfy", "URL"]),
     # more misspellings: the closest command is suggested
     case("misspelt-ladr", ["ladr"], 2, ["ladr", "ladder"]),
     case("misspelt-anomalys", ["anomalys"], 2, ["anomalys", "anomalies"]),

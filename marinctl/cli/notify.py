@@ -43,14 +43,20 @@ def _terminal(escape: str) -> bool:
     return True
 
 
-def rules_of(*, follow: bool):
-    """`<home>/alerts.toml` read when following (exit 2 naming what is wrong in it)."""
+def rules_of(*, follow: bool, preset: str | None = None):
+    """`<home>/alerts.toml` read when following, with `--preset`'s rules (exit 2 naming what is wrong)."""
+    from marinctl.errors import UserError
+
     if not follow:
+        if preset is not None:
+            raise UserError("--preset adds rules to what a follow raises: add --follow",
+                            "marinctl sync hero --follow --preset marin-hero")
         return None
     from marinctl import paths
     from marinctl.analysis.alerts.rules import load
 
-    return load(paths.home())
+    rules = load(paths.home())
+    return rules.with_preset(preset) if preset is not None else rules
 
 
 def follow_alerts(store, sinks: Sequence, rules, *, quiet: bool):
@@ -74,10 +80,11 @@ def close(alerts, *, quiet: bool) -> None:
 
 
 def _say(new: list[dict[str, Any]]) -> None:
+    from marinctl.analysis.alerts import priority
     from marinctl.text import inert
 
     for alert in new:
-        output.info(f"alert ({alert['severity']} · {alert['cause_class']}): {inert(alert['title'], single_line=True)}"
+        output.info(f"alert ({priority.of(alert)} · {alert['cause_class']}): {inert(alert['title'], single_line=True)}"
                     f" — {inert(alert['command'], single_line=True)}")
 
 

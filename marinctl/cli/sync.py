@@ -30,7 +30,11 @@ def sync(
     json_out: Annotated[bool, typer.Option("--json", help="Print the contract's JSON summary.")] = False,
     notify: Annotated[Optional[list[str]], typer.Option(
         "--notify", metavar="SINK", help="With --follow: send each new alert to SINK — desktop, webhook=URL, slack=URL, "
-        "discord=URL or exec=COMMAND (JSON on stdin); repeatable. Rules: <home>/alerts.toml.")] = None,
+        "discord=URL, exec=COMMAND (JSON on stdin), pushover=USER_KEY or ntfy=URL; KIND@LEVEL takes that priority "
+        "and up (slack@high=URL); repeatable. Rules: <home>/alerts.toml.")] = None,
+    preset: Annotated[Optional[str], typer.Option("--preset", metavar="NAME", help=(
+        "With --follow: add a shipped preset's rules (marin-hero: Marin's hero-monitor thresholds; "
+        "`marinctl alerts --preset marin-hero --show` prints them)."))] = None,
     where: Annotated[Optional[str], typer.Option("--where", metavar="EXPR", help=(
         "With ENTITY/PROJECT: fetch only the runs matching EXPR (as `runs --where`: cfg.KEY>=X, group~REGEX, "
         "state:running, tag:T, name~REGEX; -term negates)."))] = None,
@@ -46,7 +50,7 @@ def sync(
     targets = targets or ["marin"]
     from marinctl.cli.notify import rules_of, sinks_of
 
-    sinks, rules = sinks_of(notify, follow=follow), rules_of(follow=follow)
+    sinks, rules = sinks_of(notify, follow=follow), rules_of(follow=follow, preset=preset)
     select = None
     if where is not None:
         from marinctl.analysis.select import parse

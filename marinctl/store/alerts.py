@@ -24,10 +24,10 @@ from marinctl.store import Connection, first
 
 _FIELDS = ("alert_id", "run_uid", "cause", "episode_start", "episode_end", "step", "metric", "kind", "cause_class",
            "severity", "title", "summary", "command", "details", "fired_at", "delivered_at", "delivered_to", "tries",
-           "last_error")
+           "last_error", "priority", "acked_at")
 _SELECT = ", ".join(f"a.{f}" for f in _FIELDS) + ", r.run_id, r.name"
 _WRITTEN = ("run_uid", "cause", "episode_start", "episode_end", "step", "metric", "kind", "cause_class", "severity",
-            "title", "summary", "command", "details")
+            "title", "summary", "command", "details", "priority")
 
 
 def _rows(cur) -> list[dict[str, Any]]:
@@ -98,19 +98,21 @@ def add_deliveries(con: Connection, alert_id: int, sinks: Sequence[tuple[str, st
 
 
 def claim_pending(con: Connection, run_uids: Sequence[str], sinks: Sequence[tuple[str, str]], me: str,
-                  until: datetime, fired_since: datetime,
-                  gone: Callable[[str], bool] = lambda holder: False) -> list[tuple[dict[str, Any], list[str]]]:
-    """What these sinks (sink id, kind) still owe the runs' alerts fired since `fired_since`: for
-    each alert, the sinks that have not accepted it and that no live claim of another follower
-    holds (nor `me`: it is delivering them already), claimed for `me` until `until`. Oldest first.
-    A claim is live until its time ends, unless `gone(holder)` says its holder has stopped. An
-    alert some sink accepted before deliveries were kept per sink (no rows) counts as sent."""
+                  until: datetime, fired_since: datetime, *, gone: Callable[[str], bool] = lambda holder: False,
+                  takes: Callable[[str, dict[str, Any]], bool] = lambda sink, alert: True,
+                  ) -> list[tuple[dict[str, Any], list[str]]]:
+    """What these sinks (sink id, kind) still owe the runs' alerts fired since `fired_since` and
+    not acknowledged: for each alert, the sinks that take it (`takes(sink, alert)`: its priority
+    reaches theirs), have not accepted it, and that no live claim of another follower holds (nor
+    `me`: it is delivering them already), claimed for `me` until `until`. Oldest first. A claim
+    is live until its time ends, unless `gone(holder)` says its holder has stopped. An alert some
+    sink accepted before deliveries were kept per sink (no rows) counts as sent."""
     if not run_uids or not sinks:
         return []
     cand = con.execute(
         f"SELECT a.alert_id, a.delivered_at IS NOT NULL, count(d.alert_id) FROM alerts a"
         f" LEFT JOIN alert_deliveries d ON d.alert_id = a.alert_id"
-        f" WHERE a.run_uid IN ({_marks(run_uids)}) AND a.fired_at >= ?"
+        f" WHERE a.run_uid IN ({_marks(run_uids)}) AND a.fired_at >= ? AND a.acked_at IS NULL"
         f" GROUP BY a.alert_id, a.delivered_at ORDER BY a.alert_id", [*run_uids, fired_since]).fetchall()
     ids = [int(aid) for aid, sent, rows in cand if not (sent and rows == 0)]
     if not ids:
@@ -119,9 +121,12 @@ def claim_pending(con: Connection, run_uids: Sequence[str], sinks: Sequence[tupl
         f"SELECT alert_id, sink, delivered_at, claimed_by, claimed_until FROM alert_deliveries"
         f" WHERE alert_id IN ({_marks(ids)})", ids).fetchall()}
     now = first(con.execute("SELECT current_timestamp"))[0]
+    alerts = {a["alert_id"]: a for a in get(con, ids)}
     owed: dict[int, list[str]] = {}
     for aid in ids:
         for sink, kind in sinks:
+            if aid not in alerts or not takes(sink, alerts[aid]):
+                continue
             row = rows.get((aid, sink))
             if row is None:
                 con.execute("INSERT INTO alert_deliveries (alert_id, sink, kind, tries, claimed_by, claimed_until)"
@@ -134,14 +139,15 @@ def claim_pending(con: Connection, run_uids: Sequence[str], sinks: Sequence[tupl
                 con.execute("UPDATE alert_deliveries SET claimed_by = ?, claimed_until = ? WHERE alert_id = ?"
                             " AND sink = ?", [me, until, aid, sink])
             owed.setdefault(aid, []).append(sink)
-    by_id = {a["alert_id"]: a for a in get(con, list(owed))}
-    return [(by_id[aid], owed[aid]) for aid in sorted(owed) if aid in by_id]
+    return [(alerts[aid], owed[aid]) for aid in sorted(owed)]
 
 
-def tried(con: Connection, alert_id: int, sink: str, kind: str, error: str | None, me: str, until: datetime) -> None:
-    """One try of one sink (`error`: why it failed, None when the sink accepted the alert): the
-    sink's row counts it and renews the claim; the alert's own columns add it up (tries, the last
-    error, the first acceptance and the kinds of the sinks that accepted it)."""
+def tried(con: Connection, alert_id: int, sink: str, kind: str, error: str | None, me: str, until: datetime,
+          receipt: str | None = None) -> None:
+    """One try of one sink (`error`: why it failed, None when the sink accepted the alert; `receipt`:
+    what stops the sink's repeats of it): the sink's row counts it and renews the claim; the alert's
+    own columns add it up (tries, the last error, the first acceptance and the kinds of the sinks
+    that accepted it)."""
     found = first(con.execute("SELECT count(*) FROM alert_deliveries WHERE alert_id = ? AND sink = ?", [alert_id, sink]))
     if not found[0]:
         con.execute("INSERT INTO alert_deliveries (alert_id, sink, kind, tries, claimed_by, claimed_until)"
@@ -149,8 +155,8 @@ def tried(con: Connection, alert_id: int, sink: str, kind: str, error: str | Non
     con.execute("UPDATE alert_deliveries SET tries = tries + 1, tried_at = current_timestamp,"
                 " last_error = CASE WHEN ? IS NULL THEN last_error ELSE ? END,"
                 " delivered_at = CASE WHEN ? IS NULL THEN coalesce(delivered_at, current_timestamp) ELSE delivered_at END,"
-                " claimed_by = ?, claimed_until = ? WHERE alert_id = ? AND sink = ?",
-                [error, error, error, me, until, alert_id, sink])
+                " receipt = coalesce(?, receipt), claimed_by = ?, claimed_until = ? WHERE alert_id = ? AND sink = ?",
+                [error, error, error, receipt, me, until, alert_id, sink])
     con.execute("UPDATE alerts SET tries = tries + 1, last_error = coalesce(?, last_error) WHERE alert_id = ?",
                 [error, alert_id])
     if error is None:
@@ -166,11 +172,38 @@ def deliveries(con: Connection, alert_ids: Sequence[int]) -> dict[int, list[dict
     if not alert_ids:
         return {}
     out: dict[int, list[dict[str, Any]]] = {}
-    cur = con.execute(f"SELECT alert_id, sink, kind, tries, last_error, tried_at, delivered_at FROM alert_deliveries"
+    cur = con.execute(f"SELECT alert_id, sink, kind, tries, last_error, tried_at, delivered_at, receipt IS NOT NULL AS"
+                      f" repeats, cancelled_at FROM alert_deliveries"
                       f" WHERE alert_id IN ({_marks(alert_ids)}) ORDER BY alert_id, kind, sink", list(alert_ids))
     for d in _rows(cur):
         out.setdefault(int(d.pop("alert_id")), []).append(d)
     return out
+
+
+def acked(con: Connection, alert_id: int) -> bool:
+    """Whether `marinctl alerts ack` was run for the alert."""
+    row = first(con.execute("SELECT acked_at IS NOT NULL FROM alerts WHERE alert_id = ?", [alert_id]))
+    return bool(row and row[0])
+
+
+def acknowledge(con: Connection, alert_id: int) -> dict[str, Any] | None:
+    """Mark the alert acknowledged (the first time counts); the alert, or None when there is none."""
+    con.execute("UPDATE alerts SET acked_at = coalesce(acked_at, current_timestamp) WHERE alert_id = ?", [alert_id])
+    got = get(con, [alert_id])
+    return got[0] if got else None
+
+
+def receipts(con: Connection, alert_id: int) -> list[tuple[str, str, str]]:
+    """(sink, kind, receipt) of the alert's deliveries that repeat until cancelled and are not yet."""
+    return [(s, k, r) for s, k, r in con.execute(
+        "SELECT sink, kind, receipt FROM alert_deliveries WHERE alert_id = ? AND receipt IS NOT NULL"
+        " AND cancelled_at IS NULL ORDER BY sink", [alert_id]).fetchall()]
+
+
+def cancelled(con: Connection, alert_id: int, sink: str) -> None:
+    """A sink's repeats of the alert were stopped."""
+    con.execute("UPDATE alert_deliveries SET cancelled_at = current_timestamp WHERE alert_id = ? AND sink = ?",
+                [alert_id, sink])
 
 
 # --- reading -------------------------------------------------------------------------------------
@@ -207,11 +240,13 @@ def recent(con: Connection, run_uids: Sequence[str], limit: int = 20) -> list[di
 
 
 def run_facts(con: Connection, run_uids: Sequence[str]) -> list[dict[str, Any]]:
-    """What an alert pass reads of each run: pk, ids, name, source, state, heartbeat, last step, tags, group."""
+    """What an alert pass reads of each run: pk, ids, name, source, state, heartbeat, last step, tags,
+    group, and its fork parent (entity, project, parent, fork step: its lineage)."""
     if not run_uids:
         return []
     cur = con.execute("SELECT run_pk, uid, run_id, name, source, state, heartbeat_at, last_step, created_at, tags,"
-                      f" run_group FROM runs WHERE uid IN ({_marks(run_uids)}) ORDER BY run_pk", list(run_uids))
+                      " run_group, entity, project, fork_parent, fork_step"
+                      f" FROM runs WHERE uid IN ({_marks(run_uids)}) ORDER BY run_pk", list(run_uids))
     return _rows(cur)
 
 

@@ -8,10 +8,10 @@ keeps those the store has no alert of (one per run, cause and episode: store/ale
 them with explain's summary (analysis/alerts/wording.py), and returns them. `detect=True` runs
 detection on the runs first, for loops whose sync pass does not (the local tail).
 
-With `sinks` (a follower that delivers: each sink's id and kind), each new alert's delivery to
-every one of them is claimed for this process in the transaction that stores it, and
-`pending()` claims what earlier followers of the same runs left undelivered to these sinks
-(fired within PENDING_WITHIN; their claims lapsed), sink by sink.
+With `sinks` (a follower that delivers, sync/sinks.py), each new alert's delivery to every one
+of them that takes its priority is claimed for this process in the transaction that stores it,
+and `pending()` claims what earlier followers of the same runs left undelivered to these sinks
+(fired within PENDING_WITHIN, not acknowledged; their claims lapsed), sink by sink.
 """
 
 from __future__ import annotations
@@ -23,16 +23,18 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Sequence
 
 from marinctl.analysis.alerts import followed, raised, wording
+from marinctl.analysis.alerts import priority as P
 from marinctl.analysis.alerts.rules import Rules
 from marinctl.store import Connection, Store
 from marinctl.store import alerts as alerts_store
 from marinctl.sync.delivery import CLAIM_S
+from marinctl.sync.sinks import Sink
 
 PENDING_WITHIN = timedelta(hours=24)   # older undelivered alerts stay listed, not sent
 
 
 class Alerter:
-    def __init__(self, store: Store, rules: Rules | None = None, *, sinks: Sequence[tuple[str, str]] = ()):
+    def __init__(self, store: Store, rules: Rules | None = None, *, sinks: Sequence[Sink] = ()):
         self.store = store
         self.rules = rules or Rules()
         self.sinks = list(sinks)
@@ -79,9 +81,11 @@ class Alerter:
         if not self._runs or not self.sinks:
             return []
         now = datetime.now(timezone.utc)
+        by_id = {s.id: s for s in self.sinks}
         with self.store.transaction() as con:
-            return alerts_store.claim_pending(con, list(self._runs), self.sinks, self.me,
-                                              now + timedelta(seconds=CLAIM_S), now - PENDING_WITHIN, gone=holder_gone)
+            return alerts_store.claim_pending(con, list(self._runs), [(s.id, s.kind) for s in self.sinks], self.me,
+                                              now + timedelta(seconds=CLAIM_S), now - PENDING_WITHIN, gone=holder_gone,
+                                              takes=lambda sink, alert: by_id[sink].takes(alert))
 
     # -- one pass -------------------------------------------------------------------------------
     def _pass(self, con: Connection, uids: list[str]) -> list[tuple[dict[str, Any], raised.Candidate]]:
@@ -117,10 +121,11 @@ class Alerter:
             alert_id = alerts_store.insert(con, {
                 "run_uid": run["uid"], "cause": c.cause, "episode_start": c.start, "episode_end": c.end,
                 "step": c.step, "metric": c.metric, "kind": c.kind, "cause_class": c.cause_class,
-                "severity": c.severity, "title": title, "summary": summary,
+                "severity": c.severity, "priority": c.priority, "title": title, "summary": summary,
                 "command": wording.command(con, run, c.step), "details": c.details})
-            if self.sinks:
-                alerts_store.add_deliveries(con, alert_id, self.sinks, self.me, now + timedelta(seconds=CLAIM_S))
+            takes = [(s.id, s.kind) for s in self.sinks if P.at_least(c.priority, s.min_level)]
+            if takes:
+                alerts_store.add_deliveries(con, alert_id, takes, self.me, now + timedelta(seconds=CLAIM_S))
             fired.append(alert_id)
             self._known.add(alert_id)
         return fired

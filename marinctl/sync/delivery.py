@@ -57,10 +57,11 @@ class Delivery:
         return self
 
     def submit(self, owed: Sequence[tuple[dict[str, Any], Collection[str] | None]]) -> None:
-        """Queue alerts (claimed by this process), each for the sinks (ids) that owe it (None: every sink)."""
+        """Queue alerts (claimed by this process), each for the sinks (ids) that owe it (None: every
+        sink that takes its priority). A message with no `alert_id` (a digest) is tried once, stored nowhere."""
         for alert, sinks in owed:
             for w in self._workers:
-                if sinks is None or w.sink.id in sinks:
+                if (w.sink.id in sinks) if sinks is not None else w.sink.takes(alert):
                     w.inbox.put(alert)
 
     def close(self, wait_s: float | None = None) -> None:
@@ -77,6 +78,14 @@ class Delivery:
         deadline = time.monotonic() + (self.timeout + 1.0 if wait_s is None else wait_s)
         for w in self._workers:
             w.thread.join(timeout=max(deadline - time.monotonic(), 0.05))
+
+    def _acked(self, alert: dict[str, Any]) -> bool:
+        """Whether `marinctl alerts ack` stopped the alert (a read; a busy store: not known, not stopped)."""
+        try:
+            with self.store.connect() as con:
+                return alerts_store.acked(con, alert["alert_id"])
+        except Exception:  # noqa: BLE001 — the next try asks again
+            return False
 
     @property
     def waiting(self) -> int:
@@ -95,10 +104,20 @@ class Delivery:
                     return
                 time.sleep(0.05 * (attempt + 1))
 
-    def _tried(self, sink: Sink, alert: dict[str, Any], error: str | None, attempt: int) -> None:
+    def _tried(self, sink: Sink, alert: dict[str, Any], error: str | None, attempt: int,
+               receipt: str | None = None) -> None:
+        if alert.get("alert_id") is None:        # a digest: said once if it failed, never stored
+            if error is not None and self._warn is not None:
+                self._warn(f"digest not delivered to {sink.label}: {error}")
+            return
         until = datetime.now(timezone.utc) + timedelta(seconds=CLAIM_S)
         self._write(alerts_store.tried, alert["alert_id"], sink.id, sink.kind, error and f"{sink.label}: {error}",
-                    self.me, until)
+                    self.me, until, receipt)
+        if receipt is not None and self._acked(alert):        # acknowledged while it was on its way
+            from marinctl.sync import phones
+
+            if phones.cancel(receipt, timeout=self.timeout) is None:
+                self._write(alerts_store.cancelled, alert["alert_id"], sink.id)
         said = (sink.label, attempt)
         if error is not None and self._warn is not None and said not in self._said and attempt in (0, 3, 6):
             self._said.add(said)
@@ -128,18 +147,26 @@ class _Worker:
             if item is None:
                 return
             if item is not False:
-                if item["alert_id"] not in self.queued:      # one chain of tries per alert
-                    self.queued.add(item["alert_id"])
+                key = item.get("alert_id")
+                if key is None or key not in self.queued:      # one chain of tries per alert
+                    if key is not None:
+                        self.queued.add(key)
                     heapq.heappush(self.heap, (time.monotonic(), next(self._order), 0, item))
                 continue
             if not self.heap or self.heap[0][0] > time.monotonic():
                 continue
             _, _, attempt, alert = heapq.heappop(self.heap)
+            if attempt and o._acked(alert):                    # acknowledged meanwhile: no more tries
+                self.queued.discard(alert["alert_id"])
+                continue
             try:
-                error = sinks_mod.send(self.sink, alert, hidden=o._hidden, timeout=o.timeout, terminal=o._terminal)
+                error, receipt = sinks_mod.deliver(self.sink, alert, hidden=o._hidden, timeout=o.timeout,
+                                                   terminal=o._terminal)
             except Exception as exc:  # noqa: BLE001 — a sink's failure is a failed try, never the loop's end
-                error = f"{type(exc).__name__}"
-            o._tried(self.sink, alert, error, attempt)
+                error, receipt = f"{type(exc).__name__}", None
+            o._tried(self.sink, alert, error, attempt, receipt)
+            if alert.get("alert_id") is None:
+                continue
             if error is None:
                 self.queued.discard(alert["alert_id"])
             else:

@@ -42,7 +42,7 @@ class FollowAlerts:
     def __init__(self, store: Store, rules: Rules | None, sinks: Sequence = (), *, said: Said | None = None,
                  problem: Problem | None = None, terminal=None):
         self.store = store
-        self.alerter = Alerter(store, rules, sinks=[(s.id, s.kind) for s in sinks])
+        self.alerter = Alerter(store, rules, sinks=sinks)
         self.delivery = None
         self._said, self._problem = said, problem
         self._failing = False
