@@ -44,8 +44,9 @@ CASES = [
     case("mix-negative-at", ["mix", "--at", "-3"], 2, ["--at"]),
     case("events-negative-window", ["events", "--window", "-1"], 2, ["--window"]),
     case("home-under-dev-null", ["--home", "/dev/null/x", "runs"], 1, ["/dev/null/x"]),
-    # as-a-user TYPOS of on call: alerts ack, --preset, the ntfy sink
+    # as-a-user TYPOS of on call: alerts ack, --digest, --preset, the ntfy sink
     case("alerts-ack-no-such-id", ["alerts", "ack", "no-such-id"], 2, ["no-such-id"]),
+    case("sync-digest-5x", ["sync", "x/y", "--follow", "--digest", "5x"], 2, ["--digest", "5x"]),
     case("sync-preset-unknown", ["sync", "x/y", "--follow", "--preset", "no-such-preset"], 2, ["no-such-preset"]),
     case("sync-notify-ntfy-not-a-url", ["sync", "x/y", "--follow", "--notify", "ntfy=not a url"], 2, ["ntfy", "URL"]),
     # more misspellings: the closest command is suggested

@@ -8,6 +8,7 @@ pass; it never ends the follow.
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any, Sequence
 
@@ -59,13 +60,34 @@ def rules_of(*, follow: bool, preset: str | None = None):
     return rules.with_preset(preset) if preset is not None else rules
 
 
-def follow_alerts(store, sinks: Sequence, rules, *, quiet: bool):
-    """The follow's FollowAlerts (sync/follow_alerts.py), saying new alerts and failed passes or
-    deliveries on stderr (nothing with `quiet`: --json)."""
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh])\s*$")
+
+
+def digest_of(text: str | None, *, follow: bool) -> float | None:
+    """`--digest DURATION` (`30s`, `10m`, `1h`) in seconds (exit 2 on anything else, or without --follow)."""
+    from marinctl.errors import UserError
+    from marinctl.text import inert
+
+    if text is None:
+        return None
+    hint = "marinctl sync hero --follow --digest 10m   (Ns, Nm or Nh)"
+    if not follow:
+        raise UserError("--digest is sent while following: add --follow", hint)
+    m = _DURATION.match(text)
+    seconds = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)] if m else 0.0
+    if not seconds > 0:
+        raise UserError(f"--digest takes a duration such as 30s, 10m or 1h, not {inert(text, single_line=True)[:30]!r}",
+                        hint)
+    return seconds
+
+
+def follow_alerts(store, sinks: Sequence, rules, *, quiet: bool, digest_s: float | None = None):
+    """The follow's FollowAlerts (sync/follow_alerts.py), saying new alerts, digests and failed
+    passes or deliveries on stderr (nothing with `quiet`: --json)."""
     from marinctl.sync.follow_alerts import FollowAlerts
 
     alerts = FollowAlerts(store, rules, sinks, said=None if quiet else _say, problem=None if quiet else _warn,
-                          terminal=_terminal)
+                          terminal=_terminal, digest_s=digest_s, told=None if quiet else _tell)
     if sinks and not quiet:
         output.info("alerts go to " + ", ".join(s.label for s in sinks))
     return alerts
@@ -86,6 +108,13 @@ def _say(new: list[dict[str, Any]]) -> None:
     for alert in new:
         output.info(f"alert ({priority.of(alert)} · {alert['cause_class']}): {inert(alert['title'], single_line=True)}"
                     f" — {inert(alert['command'], single_line=True)}")
+
+
+def _tell(lines: list[str]) -> None:
+    from marinctl.text import inert
+
+    for line in lines:
+        output.info(f"digest: {inert(line, single_line=True)}")
 
 
 def _warn(message: str) -> None:

@@ -35,6 +35,9 @@ def sync(
     preset: Annotated[Optional[str], typer.Option("--preset", metavar="NAME", help=(
         "With --follow: add a shipped preset's rules (marin-hero: Marin's hero-monitor thresholds; "
         "`marinctl alerts --preset marin-hero --show` prints them)."))] = None,
+    digest: Annotated[Optional[str], typer.Option("--digest", metavar="DURATION", help=(
+        "With --follow: every DURATION (30s, 10m, 1h) one low-priority line per followed run — step, steps/s, ETA, "
+        "loss against its trend, alerts since the last — on stderr and to the sinks; says when a run went silent."))] = None,
     where: Annotated[Optional[str], typer.Option("--where", metavar="EXPR", help=(
         "With ENTITY/PROJECT: fetch only the runs matching EXPR (as `runs --where`: cfg.KEY>=X, group~REGEX, "
         "state:running, tag:T, name~REGEX; -term negates)."))] = None,
@@ -48,9 +51,10 @@ def sync(
         raise UserError(f"--interval must be a positive number of seconds, not {interval:g}",
                         "marinctl sync TARGET --follow --interval 30")
     targets = targets or ["marin"]
-    from marinctl.cli.notify import rules_of, sinks_of
+    from marinctl.cli.notify import digest_of, rules_of, sinks_of
 
     sinks, rules = sinks_of(notify, follow=follow), rules_of(follow=follow, preset=preset)
+    digest_s = digest_of(digest, follow=follow)
     select = None
     if where is not None:
         from marinctl.analysis.select import parse
@@ -79,7 +83,7 @@ def sync(
     if follow:
         from marinctl.cli.notify import follow_alerts
 
-        alerting = follow_alerts(store, sinks, rules, quiet=json_out)
+        alerting = follow_alerts(store, sinks, rules, quiet=json_out, digest_s=digest_s)
     try:
         if follow and all(p.kind == "local" for p in plans):
             _follow_local(store, plans, json_out=json_out, alerting=alerting)

@@ -206,6 +206,15 @@ def cancelled(con: Connection, alert_id: int, sink: str) -> None:
                 [alert_id, sink])
 
 
+def since(con: Connection, run_uids: Sequence[str], after: datetime) -> dict[str, int]:
+    """How many alerts each of these runs fired after `after` (a digest's count)."""
+    if not run_uids:
+        return {}
+    return {u: int(n) for u, n in con.execute(
+        f"SELECT run_uid, count(*) FROM alerts WHERE run_uid IN ({_marks(run_uids)}) AND fired_at > ?"
+        " GROUP BY run_uid", [*run_uids, after]).fetchall()}
+
+
 # --- reading -------------------------------------------------------------------------------------
 
 def listed(con: Connection, run_uids: Sequence[str] | None = None) -> list[dict[str, Any]]:

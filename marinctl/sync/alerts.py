@@ -41,6 +41,7 @@ class Alerter:
         self.me = f"{socket.gethostname()}:{os.getpid()}"
         self.started = datetime.now(timezone.utc)
         self._runs: dict[str, followed.Followed] = {}
+        self.last_steps: dict[str, int | None] = {}       # each followed run's newest step at the last pass
         self.stored_elsewhere = False     # a pass found an episode another follower had stored: its sinks may owe it
         self._known: set[int] = set()     # alerts this follower fired or saw stored
         self._unsaved: list[tuple[dict[str, Any], raised.Candidate]] = []
@@ -93,6 +94,7 @@ class Alerter:
         now = datetime.now(timezone.utc)
         out = []
         for run in alerts_store.run_facts(con, uids):
+            self.last_steps[run["uid"]] = run.get("last_step")
             mem = self._runs.get(run["uid"])
             if mem is None:
                 mem = self._runs[run["uid"]] = followed.baseline(con, run, self.rules, now, self.started)

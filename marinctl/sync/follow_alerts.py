@@ -10,6 +10,10 @@ it never ends the follow (Ctrl-C inside a DuckDB query still does). The caller d
 say things — `sync --follow` on stderr (cli/notify.py), `watch` as messages to its screen
 (tui/alerts.py) — and nothing else.
 
+With `digest_s`, every that many seconds (at the end of the first pass past it) each followed
+run's digest line (analysis/alerts/digest.py) is told through `told` and sent to the sinks that
+take low priority, once, stored nowhere: a follower that is quiet because all is well says so.
+
 Beside a local `.wandb` tail, the tail's threads `changed(results)` what each poll wrote, and the
 loop beside them calls `local_pass()` every few tenths of a second: the runs that changed are
 scored and checked at most every ALERT_EVERY_S, and with nothing changed every followed run is
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Sequence
 
 from marinctl.analysis.alerts.rules import Rules
@@ -34,14 +39,20 @@ LIVENESS_EVERY_S = 5.0     # nothing changed: stale and crashed runs checked thi
 
 Said = Callable[[list[dict[str, Any]]], None]
 Problem = Callable[[str], None]
+Told = Callable[[list[str]], None]
 
 
 class FollowAlerts:
     """An Alerter and its Delivery, run after each pass of a follow loop."""
 
     def __init__(self, store: Store, rules: Rules | None, sinks: Sequence = (), *, said: Said | None = None,
-                 problem: Problem | None = None, terminal=None):
+                 problem: Problem | None = None, terminal=None, digest_s: float | None = None,
+                 told: Told | None = None):
         self.store = store
+        self.digest_s, self._told = digest_s, told
+        self._digest_at = time.monotonic()                     # the last digest (or the follow's start)
+        self._digest_wall = datetime.now(timezone.utc)
+        self._moved: dict[str, tuple[int | None, float]] = {}  # run -> (newest step, when it last moved)
         self.alerter = Alerter(store, rules, sinks=sinks)
         self.delivery = None
         self._said, self._problem = said, problem
@@ -78,6 +89,7 @@ class FollowAlerts:
             self.delivery.submit(owed)
         if new and self._said is not None:
             self._said(new)
+        self._digest()
         return new
 
     def _failed(self, exc: Exception) -> None:
@@ -87,6 +99,35 @@ class FollowAlerts:
         if not self._failing and self._problem is not None:
             self._problem(f"alerts not checked this pass ({type(exc).__name__}: {exc}); trying again at the next")
         self._failing = True
+
+    def _digest(self) -> None:
+        """Note which runs moved; when a digest is due, tell it and send it."""
+        now = time.monotonic()
+        for uid, step in self.alerter.last_steps.items():
+            if uid not in self._moved or self._moved[uid][0] != step:
+                self._moved[uid] = (step, now)
+        if self.digest_s is None or now - self._digest_at < self.digest_s or not self._moved:
+            return
+        from marinctl.analysis.alerts import digest
+
+        wall = datetime.now(timezone.utc)
+        try:
+            with self.store.connect() as con:
+                counts = alerts_store.since(con, list(self._moved), self._digest_wall)
+                found = [digest.of_run(con, uid, counts.get(uid, 0),
+                                       now - moved if moved <= self._digest_at else None)
+                         for uid, (_, moved) in self._moved.items()]
+        except Exception as exc:  # noqa: BLE001 — a busy store: the next pass tries again
+            if is_interrupt(exc):
+                raise
+            if self._problem is not None:
+                self._problem(f"digest not made this pass ({type(exc).__name__}); trying again at the next")
+            return
+        self._digest_at, self._digest_wall = now, wall
+        if self._told is not None:
+            self._told([d.line() for d in found])
+        if self.delivery is not None:
+            self.delivery.submit([(digest.message(d, wall), None) for d in found])
 
     def changed(self, results: Iterable[dict[str, Any]]) -> None:
         """What a local tail's poll wrote (`sync.local.follow`'s `on_update` results)."""
