@@ -79,7 +79,7 @@ async def test_first_frames_are_built_in_the_worker_at_the_size_the_grid_gives(w
     from marinctl.tui import settings
     from tests.watch_pilot import frames_built, on_ui
 
-    settings.save(watch_store.path, settings.Layout(cols=cols))
+    settings.save(watch_store.settings_key, settings.Layout(cols=cols))
     built = frames_built(monkeypatch)
     app = WatchApp(None, 30, store=watch_store, autosync=False)
     async with app.run_test(size=size) as pilot:

@@ -11,7 +11,6 @@ def isoflop_command(project: str, *, metric: str, pin: float | None, predict: li
                     json_out: bool, points: str | None) -> None:
     from marinctl.analysis import isoflop as iso
     from marinctl.errors import UserError
-    from marinctl.paths import db_path
     from marinctl.store import open_store
 
     if points:
@@ -30,9 +29,10 @@ def isoflop_command(project: str, *, metric: str, pin: float | None, predict: li
 
         select = parse(where)
     entity, name = parts
-    if not db_path().exists():
+    store = open_store()
+    if not store.exists():
         raise UserError("the store holds no runs yet", f"mirror the sweep first: `marinctl sync {entity}/{name}`")
-    with open_store().connect() as con:
+    with store.connect() as con:
         pts, skipped = iso.points_from_store(con, entity, name, metric, select)
     if not pts:
         why = f" ({skipped[0]['run']}: {skipped[0]['reason']})" if skipped else ""
