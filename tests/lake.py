@@ -143,3 +143,27 @@ class S3Server:
 
     def stop(self) -> None:
         self._server.stop()
+
+
+def in_process(*args: str) -> tuple[int, str, str]:
+    """`marinctl ARGS` through the CLI's own entry point in this process, as the `cli` fixture runs it:
+    a reader on another "machine" whose DuckDB (extensions loaded once) serves many reads cheaply."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from marinctl.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return code, out.getvalue(), err.getvalue()
+
+
+def init_lake(url: str, data) -> None:
+    """`store init URL --data DATA`, in this process."""
+    code, _, err = in_process("store", "init", url, "--data", str(data))
+    assert code == 0, err
