@@ -16,7 +16,8 @@ import os
 
 import pytest
 
-from tests.blackbox import env_with, marinctl_run, sync_served
+from tests.blackbox import marinctl_run, sync_served
+from tests.lake import in_process, init_lake
 
 E, P = "synthetic-lab", "lake-synthetic"
 LONG, SHORT = "lake-long-synthetic", "lake-short-synthetic"
@@ -48,17 +49,18 @@ def world(pg_cluster, tmp_path_factory):
         assert done.returncode == 0, done.stderr
     assert (data / "history").is_dir() and any((data / "history").rglob("*.parquet")), "parts kept in the shared folder"
 
-    def on_lake(*args: str, home: str = "b") -> str:
-        proc = marinctl_run(["--home", str(root / home), *args], env=lake_env, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-        return proc.stdout
+    def on_lake(*args: str, home: str = "b") -> str:       # a reader on a machine of its own (home B)
+        code, out, err = in_process("--home", str(root / home), "--store", url, "--store-data", str(data), *args)
+        assert code == 0, err
+        return out
 
     def embedded(*args: str) -> str:
-        proc = marinctl_run(["--home", str(root / "e"), *args], env=plain_env, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-        return proc.stdout
+        code, out, err = in_process("--home", str(root / "e"), *args)
+        assert code == 0, err
+        return out
 
-    return {"url": url, "data": data, "lake": on_lake, "embedded": embedded, "runs": runs}
+    return {"url": url, "data": data, "lake": on_lake, "embedded": embedded, "runs": runs, "root": root,
+            "plain_env": plain_env}
 
 
 @pytest.mark.parametrize("args", [
@@ -105,4 +107,59 @@ def test_a_lake_that_holds_no_store_is_named(pg_cluster, tmp_path):
 
     with pytest.raises(marinctl.NoStore):
         marinctl.open(store=url)
-    assert env_with()  # the process environment is left as it was
+
+
+# --- store copy -------------------------------------------------------------------------------------
+
+def test_store_copy_moves_a_mirror_both_ways_and_the_second_time_only_what_changed(world, pg_cluster):
+    root = world["root"]
+    url, data = pg_cluster.url(pg_cluster.new_database()), root / "team"
+    init_lake(url, data)
+    laptop = root / "e" / "marinctl.duckdb"
+
+    def copy(src: str, dst: str) -> dict:
+        code, out, err = in_process("store", "copy", src, dst, "--json")
+        assert code == 0, err
+        return json.loads(out)
+
+    first = copy(str(laptop), url)
+    want_rows = sum(len(r.long_rows()) for r in world["runs"])
+    assert first == {"runs": 2, "rows": want_rows}
+    assert copy(str(laptop), url) == {"runs": 0, "rows": 0}
+    short = world["runs"][1]
+    before = short.last_step
+    short.extend(before + 300)                                # the laptop syncs 300 more steps of one run
+    done = sync_served(world["runs"], f"{E}/{P}/{SHORT}", env={**world["plain_env"], "MARINCTL_HOME": str(root / "e")})
+    assert done.returncode == 0, done.stderr
+    grown = copy(str(laptop), url)
+    assert grown == {"runs": 1, "rows": sum(1 for s, _, _ in short.long_rows() if s > before)}   # the new steps only
+    team = ("--home", str(root / "c"), "--store", url, "--store-data", str(data))
+    for args in (("runs", "--json"), ("export", SHORT), ("export", LONG), ("anomalies", "--run", LONG, "--json")):
+        code, out, err = in_process(*team, *args)
+        assert code == 0 and out == world["embedded"](*args), (args, err)
+    flight = root / "flight.duckdb"                           # the lake into a file, for a flight
+    assert copy(url, str(flight)) == {"runs": 2, "rows": want_rows + grown["rows"]}
+    for args in (("runs", "--json"), ("export", SHORT), ("explain", "step", "2600", "--run", LONG, "--json")):
+        code, out, err = in_process("--db", str(flight), *args)
+        assert code == 0 and out == world["embedded"](*args), (args, err)
+
+
+def test_a_file_a_newer_duckdb_wrote_is_one_line_naming_the_copy_to_make(tmp_path, pg_cluster):
+    """tests/fixtures/duckdb2-storage.duckdb.gz: a SYNTHETIC file DuckDB 2.0.1 wrote in its default
+    storage format, which the DuckDB `marinctl[team]` pins cannot read."""
+    import gzip
+    from pathlib import Path
+
+    import duckdb
+
+    if not duckdb.__version__.startswith("1."):
+        pytest.skip("this DuckDB reads the newer format itself")
+    old = tmp_path / "laptop.duckdb"
+    old.write_bytes(gzip.decompress((Path(__file__).parent / "fixtures" / "duckdb2-storage.duckdb.gz").read_bytes()))
+    url = pg_cluster.url(pg_cluster.new_database())
+    init_lake(url, tmp_path / "team")
+    for args in (("--db", str(old), "runs"), ("store", "copy", str(old), url)):
+        code, out, err = in_process(*args)
+        lines = err.strip().splitlines()
+        assert code == 1 and len(lines) == 2, err
+        assert "written by a newer DuckDB" in lines[0] and f"store copy {old}" in lines[1], lines
