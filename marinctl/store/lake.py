@@ -61,7 +61,7 @@ class LakeStore:
         self.lake = lake
         self.lock_timeout = lock_timeout
         self._migrated = False
-        self._mutex = threading.Lock()
+        self._mutex = threading.RLock()     # failure() resets the instance, also from inside its making
         self._instance: duckdb.DuckDBPyConnection | None = None
         self._data_root: str | None = None        # what holds lake/ and history/ (a folder or s3://…)
         self._file = threading.Condition()        # a file catalog's attachment, shared while in use
@@ -118,9 +118,14 @@ class LakeStore:
     def _ensure_instance(self) -> duckdb.DuckDBPyConnection:
         with self._mutex:
             if self._instance is None:
-                self._instance = self._base()
+                inst = self._base()
                 if self.lake.on_postgres:
-                    self._attach(self._instance)
+                    try:
+                        self._attach(inst)
+                    except BaseException:
+                        inst.close()
+                        raise
+                self._instance = inst
             return self._instance
 
     def _base(self) -> duckdb.DuckDBPyConnection:
