@@ -128,8 +128,10 @@ class S3Server:
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
 
     def start(self) -> "S3Server":
+        import logging
         import urllib.request
 
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)     # a line per request otherwise
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.endpoint = f"http://{host}:{port}"
@@ -140,6 +142,14 @@ class S3Server:
     def env(self) -> dict[str, str]:
         return {"AWS_ACCESS_KEY_ID": "synthetic", "AWS_SECRET_ACCESS_KEY": "synthetic", "AWS_REGION": "us-east-1",
                 "AWS_ENDPOINT_URL": self.endpoint}
+
+    def keys(self) -> list[str]:
+        """The object keys in the bucket (S3's ListObjectsV2, first 1000)."""
+        import re
+        import urllib.request
+
+        with urllib.request.urlopen(f"{self.endpoint}/{self.bucket}?list-type=2", timeout=30) as resp:
+            return re.findall(r"<Key>([^<]+)</Key>", resp.read().decode())
 
     def stop(self) -> None:
         self._server.stop()
