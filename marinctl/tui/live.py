@@ -121,6 +121,9 @@ class Live:
         """
         if self._busy():
             return
+        if self._store.kind != "embedded":    # a lake's stamp is a catalog query: asked off the UI thread
+            self._node.run_worker(self._version, thread=True, group="version", exclusive=True, exit_on_error=False)
+            return
         stamp = self._store.stamp()
         if stamp == self._stamp:
             return
@@ -131,6 +134,14 @@ class Live:
     def _version(self) -> None:
         from marinctl.store.series import data_version
 
+        if self._store.kind != "embedded":
+            try:
+                stamp = self._store.stamp()
+            except Exception:  # noqa: BLE001 — the catalog away: try again at the next check
+                return
+            if stamp == self._stamp:
+                return
+            self._stamp = stamp
         try:
             with self._store.connect() as con:
                 version = data_version(con)
