@@ -85,8 +85,9 @@ def maintain(
         print(f"{store.describe()} is an embedded store: DuckDB keeps it tidy itself, there is nothing to do")
         return
     done = store.maintain(keep_hours)
-    print(f"{store.describe()}: {done['files_before']} data files before, {done['files_after']} after; "
-          f"{done['snapshots_expired']} snapshot(s) expired, {done['files_deleted']} old file(s) deleted")
+    print(f"{store.describe()}: {done['files_before']} data files before, {done['files_after']} after (rows small "
+          f"writes kept in the catalog are written out to files first); {done['snapshots_expired']} snapshot(s) "
+          f"expired, {done['files_deleted']} file(s) no snapshot needs deleted")
 
 
 def _endpoint(spec: str, *, must_exist: bool):

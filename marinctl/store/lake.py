@@ -392,6 +392,25 @@ class LakeStore:
             ctx.__exit__(None, None, None)
 
     @contextmanager
+    def glance(self) -> Iterator[duckdb.DuckDBPyConnection | None]:
+        """A read that never waits, writes or fails (shell completion): a snapshot, or None when
+        the lake cannot be read now or its schema is not this marinctl's."""
+        from contextlib import ExitStack
+
+        stack = ExitStack()
+        try:
+            con = stack.enter_context(self._raw(False, 0.0))
+            con.execute("BEGIN TRANSACTION")
+            version = con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchall()[0][0]
+            if version < schema.latest_version():
+                con = None
+        except (MarinctlError, duckdb.Error):
+            stack.close()
+            con = None
+        with stack:
+            yield con
+
+    @contextmanager
     def read_only(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A connection of its own with the lake attached READ_ONLY (DuckDB refuses every write
         there): what `marinctl sql` runs a user's text on."""
