@@ -16,7 +16,14 @@ from pathlib import Path
 from marinctl.errors import RuntimeFailure
 from marinctl.store.engine import duckdb
 
-__all__ = ["load", "path_of"]
+__all__ = ["CONFIG", "load", "path_of"]
+
+# How a lake's DuckDB is opened. Nothing is ever installed from the network. DuckDB checks an
+# extension's signature at every LOAD by hashing the whole file, 78 MB for ducklake and postgres:
+# ~0.45 s of every command's start (bench/NOTES.md, "Extension signatures"). The files loaded are
+# the installed packages' own, no more and no less trusted than the Python code beside them in
+# site-packages, so their check is skipped; `marinctl sql` refuses LOAD as it refuses any write.
+CONFIG = {"allow_unsigned_extensions": "true", "autoinstall_known_extensions": "false"}
 
 # extension name → the package that carries it
 PACKAGES = {"ducklake": "duckdb_extension_ducklake", "postgres_scanner": "duckdb_extension_postgres_scanner",

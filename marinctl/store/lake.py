@@ -129,7 +129,7 @@ class LakeStore:
             return self._instance
 
     def _base(self) -> duckdb.DuckDBPyConnection:
-        con = duckdb.connect(":memory:")
+        con = duckdb.connect(":memory:", config=extensions.CONFIG)
         try:
             con.execute("SET enable_progress_bar = false")
             con.execute(f"SET memory_limit = '{os.environ.get('MARINCTL_DB_MEMORY', '512MB')}'")
