@@ -47,7 +47,7 @@ LAKE_DIR, HISTORY_DIR = "lake", "history"
 # what DuckDB says when the catalog's server cannot be reached (or went away mid-query)
 _GONE = ("Unable to connect to Postgres", "Failed to query most recent snapshot", "server closed the connection",
          "terminating connection", "could not connect", "Connection refused", "connection to server",
-         "no connection to the server", "SSL SYSCALL", "Failed to execute query")
+         "no connection to the server", "SSL SYSCALL")
 _NOT_THERE = "creating a new DuckLake is explicitly disabled"
 _FILE_LOCK = ("Could not set lock", "Conflicting lock", "being used")
 

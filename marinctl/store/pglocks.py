@@ -56,8 +56,14 @@ class Session:
 
         if self._con is None or self._con.closed or self._con.broken:
             try:
-                self._con = psycopg.connect(self.conninfo, autocommit=True, application_name=self.me[:63],
-                                            connect_timeout=10)
+                # keepalives both ways: a machine that vanishes without closing its socket (power, network)
+                # has its locks dropped by the server within about a minute, not TCP's two hours
+                con = psycopg.connect(self.conninfo, autocommit=True, application_name=self.me[:63],
+                                      connect_timeout=10, keepalives=1, keepalives_idle=20, keepalives_interval=5,
+                                      keepalives_count=3)
+                con.execute("SET tcp_keepalives_idle = 20; SET tcp_keepalives_interval = 5;"
+                            " SET tcp_keepalives_count = 3")
+                self._con = con
             except psycopg.Error as exc:
                 raise _unreachable(self.shown, exc) from None
         return self._con
