@@ -194,11 +194,9 @@ class LakeStore:
 
     def _cursor(self, inst: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         cur = inst.cursor()
-        cur.execute(f"USE {ALIAS}")
-        cur.execute("SET enable_progress_bar = false")
         root = self.parts_root_cached()
-        cur.execute("SET VARIABLE marinctl_lake = true")
-        cur.execute(f"SET VARIABLE marinctl_parts_root = {_quote(str(root)) if root else 'NULL'}")
+        cur.execute(f"USE {ALIAS}; SET enable_progress_bar = false; SET VARIABLE marinctl_lake = true;"
+                    f" SET VARIABLE marinctl_parts_root = {_quote(str(root)) if root else 'NULL'}")
         return cur
 
     def parts_root_cached(self) -> Path | None:
@@ -333,7 +331,10 @@ class LakeStore:
         if self._migrated:
             return
         with self._raw(False, None) as con:
-            have = schema.current_version(con)
+            try:    # the table read directly: information_schema's views would read every catalog's
+                have = con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchall()[0][0]
+            except duckdb.CatalogException:
+                have = 0
         if have == 0:
             raise NoStore(f"no marinctl store in the DuckLake {self.describe()}",
                           f"create it with `marinctl store init '{self.lake.url}'`")
