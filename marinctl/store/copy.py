@@ -49,7 +49,16 @@ def copy_stores(src, dst, progress: Progress | None = None) -> dict[str, int]:
     if src.describe() == dst.describe():
         raise UserError(f"the source and the destination are the same store ({src.describe()})",
                         "name two different stores: marinctl store copy SRC DST")
-    src.ensure_schema()          # an older source is migrated first (as any command would)
+    from marinctl.errors import MarinctlError
+    from marinctl.store.engine import duckdb
+
+    try:
+        src.ensure_schema()      # an older source is migrated first (as any command would)
+    except MarinctlError:
+        raise
+    except duckdb.Error as exc:
+        raise RuntimeFailure(f"cannot read {src.describe()} as a marinctl store: {str(exc).splitlines()[0]}",
+                             "name a store marinctl made as SRC") from None
     with dst.copying() as (con, unit):
         src.attach_as(con, SRC)
         try:
