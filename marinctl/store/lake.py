@@ -136,7 +136,7 @@ class LakeStore:
             names = ["ducklake"]
             if self.lake.on_postgres:
                 names.append("postgres_scanner")   # loaded first: DuckLake would try to download it
-            if self.lake.on_s3 or (self.lake.data or "").startswith("s3://"):
+            if not self.lake.data or self.lake.on_s3:    # the data the catalog recorded may be on S3
                 names.append("httpfs")
             extensions.load(con, *names)
             if "httpfs" in names:
