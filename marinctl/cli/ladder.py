@@ -30,7 +30,7 @@ def ladder(
     where: Annotated[Optional[str], typer.Option("--where", metavar="EXPR", help=(
         "With --isoflop: only the sweep's runs matching EXPR (as `runs --where`)."))] = None,
 ) -> None:
-    from marinctl.analysis import ladder as lad
+    from marinctl.analysis.scaling import ladder as lad
     from marinctl.errors import UserError
 
     if isoflop is not None:

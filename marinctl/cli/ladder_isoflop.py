@@ -9,7 +9,7 @@ from marinctl.cli import output
 
 def isoflop_command(project: str, *, metric: str, pin: float | None, predict: list[float] | None, where: str | None,
                     json_out: bool, points: str | None) -> None:
-    from marinctl.analysis import isoflop as iso
+    from marinctl.analysis.scaling import isoflop as iso
     from marinctl.errors import UserError
     from marinctl.paths import db_path
     from marinctl.store import open_store

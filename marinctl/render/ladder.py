@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from marinctl.analysis.ladder import Fit
+from marinctl.analysis.scaling.ladder import Fit
 
 
 def ladder_chart(points: list[dict[str, Any]], fit: Fit, predict: list[float] | None = None,

@@ -236,7 +236,7 @@ def markers_for(con: Connection, target: Target, lo: int, hi: int) -> list[Marke
 def predicted_band(con: Connection, key: str, axis: Axis) -> Band | None:
     """The ladder's predicted band over the hero (None without three synced rungs)."""
     try:
-        from marinctl.analysis.ladder import predicted_band as ladder_band
+        from marinctl.analysis.scaling.ladder import predicted_band as ladder_band
 
         got = ladder_band(con, key)
     except Exception:  # noqa: BLE001 — an optional overlay never breaks the view

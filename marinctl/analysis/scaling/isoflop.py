@@ -18,7 +18,7 @@ The method is Marin's (Chinchilla's "approach 2"):
 - N* at T*: log10(params) is linear in log10(tokens) within a budget (N ∝ C/T), so it is read off
   the least-squares line through the budget's runs (Marin's `isoflop_analysis` module takes the nearest run's);
 - T*(C) = coef·C^exponent and N*(C) likewise, by a line in log10–log10 (`fit_scaling_laws`), with
-  standard errors; L(C) = L∞ + A·C^−α through the optima (analysis/ladder.py's fit, `--pin L∞` as
+  standard errors; L(C) = L∞ + A·C^−α through the optima (ladder.py's fit, `--pin L∞` as
   Marin pins 1.6: experiments/grug/moe/README.md, issue #4447).
 Pure: run records and their series in, numbers out (`points_from_store` does the reading).
 """
@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from marinctl.analysis.ladder import Fit, fit_power_law
+from marinctl.analysis.scaling.ladder import Fit, fit_power_law
 from marinctl.errors import UserError
 
 DEFAULT_METRIC = "eval/paloma/macro_loss"
