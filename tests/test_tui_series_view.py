@@ -193,7 +193,8 @@ def test_ladder_band_appears_over_the_hero_when_the_ladder_module_provides_one(w
             return None
         return {"steps": [0, 400, 799], "lo": [3.0, 2.5, 2.2], "hi": [3.4, 2.9, 2.6]}
 
-    monkeypatch.setitem(sys.modules, "marinctl.analysis.scaling.ladder", types.SimpleNamespace(predicted_band=predicted_band))
+    monkeypatch.setitem(sys.modules, "marinctl.analysis.scaling.ladder", types.SimpleNamespace(
+        predicted_band=predicted_band, DEFAULT_METRIC="eval/paloma/macro_loss", DEFAULT_LEVEL=0.9))
     view = watch_view.build_view(watch_store, watch_view.ViewParams(ref="hero", xmode="fraction", overlays=True))
     bands = {p.key: p.band for p in view.panels}
     assert bands["grad/norm/total"] is None

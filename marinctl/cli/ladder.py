@@ -97,6 +97,7 @@ def _ladder_doc(lad, pts, fit, predict) -> dict:
 
 def _rungs_or_published(lad, metric, pin, level):
     """Final metric of each synced rung; else the published v16 isoFLOP table (said so on stderr)."""
+    from marinctl.analysis.scaling import hero_band
     from marinctl.errors import UserError
     from marinctl.paths import db_path
     from marinctl.store import open_store
@@ -110,8 +111,10 @@ def _rungs_or_published(lad, metric, pin, level):
             rs = [r for r in rs if len(r["steps"])]
             if len(rs) >= 3:
                 band = lad.predicted_band(con, metric, pin if pin is not None else 1.6, level)
+                evals = hero_band.scored(con, metric, level, band=band) if band is not None else None
                 live = {"hero_band": None if band is None else {k: [float(x) for x in v] for k, v in band.items()},
                         "hero_deviation": lad.hero_deviation(con, metric, band),
+                        "hero": None if evals is None else [e.as_dict() for e in evals],
                         "preregistered_loss": lad.preregistered_loss(con)}
                 pts = [{"name": f"{r['rung']} {r['name']}", "compute": r["compute"], "loss": float(r["values"][-1])} for r in rs]
                 return pts, "rungs", live
@@ -143,6 +146,7 @@ def _render(doc, pts, fit, predict) -> None:
     if dev:
         print(f"hero at step {N.count(dev['step'])}: {N.fixed(dev['value'])} vs predicted {N.fixed(dev['predicted'])}"
               f"  ({N.percent(dev['deviation'], 2, signed=True)})")
+    _render_hero(doc.get("hero"), pct)
     if doc.get("preregistered_loss") is not None:
         print(f"pre-registered loss: {N.sig(doc['preregistered_loss'], 6)}")
     print()
@@ -151,6 +155,25 @@ def _render(doc, pts, fit, predict) -> None:
         print(band_chart(pts, fit, predict))
     if fit.calibrated:
         print(band_chart(pts, fit, predict))
+
+
+def _render_hero(evals, pct: str) -> None:
+    """The hero against its band: how many evals inside, the last ones, and each stretch outside."""
+    from marinctl import numbers as N
+    from marinctl.analysis.scaling.hero_band import HeroEval, episodes
+    from marinctl.render.ladder import span
+
+    if not evals:
+        return
+    inside = sum(e["inside"] for e in evals)
+    print(f"hero against the ladder's {pct} band for one run: {inside} of {len(evals)} evals inside")
+    rows = [[N.count(e["step"]), N.sig(e["compute"], 3), N.fixed(e["loss"]), span(e["lo"], e["hi"]),
+             "inside" if e["inside"] else ("above" if e["loss"] > e["hi"] else "below")] for e in evals[-5:]]
+    output.print_table(["step", "compute so far", "loss", "band", ""], rows)
+    eps = episodes([HeroEval(e["step"], e["compute"], e["loss"], e["lo"], e["hi"], e["predicted"]) for e in evals])
+    for ep in eps:
+        print(f"outside the band: steps {N.count(ep.start)}–{N.count(ep.end)} ({len(ep.evals)} evals, "
+              f"{ep.figures['side']})")
 
 
 def _render_against(doc, pts, fit, cand, cand_fit, predict) -> None:
