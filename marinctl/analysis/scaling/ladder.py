@@ -197,31 +197,35 @@ def _value_at_fraction(steps: np.ndarray, vals: np.ndarray, total: int, f: float
     return float(vals[i]) if abs(steps[i] - target) <= 0.03 * total else None
 
 
-def fraction_fits(rs: list[dict[str, Any]], pin: float | None, level: float = DEFAULT_LEVEL) -> list[tuple[float, Fit]]:
-    """One fit per fraction of schedule across rungs that reached it."""
-    fits = []
+def fraction_points(rs: list[dict[str, Any]]) -> list[tuple[float, list[float], list[float]]]:
+    """Per fraction of schedule, the computes and values of the rungs that reached it (three at least)."""
+    out = []
     for f in FRACTIONS:
         pts = [(r["compute"], v) for r in rs if (v := _value_at_fraction(r["steps"], r["values"], r["num_train_steps"], f)) is not None]
-        if len(pts) < 3:
-            continue
-        try:
-            fits.append((float(f), fit_power_law([p[0] for p in pts], [p[1] for p in pts], pin, level, loo=False)))
-        except Exception:  # noqa: BLE001 — a fraction the rungs cannot fit has no band
-            continue
-    return fits
+        if len(pts) >= 3:
+            out.append((float(f), [p[0] for p in pts], [p[1] for p in pts]))
+    return out
 
 
 def hero_trajectory(rs, pin: float | None, hero_compute: float = HERO_COMPUTE, level: float = DEFAULT_LEVEL):
-    """Predicted hero loss at each fraction: (fractions, lo, mid, hi), lo–hi the interval at `level`
-    for one run's loss there (the hero is one run, with its own scatter, not the law itself)."""
-    fits = fraction_fits(rs, pin, level)
-    if not fits:
+    """Predicted hero loss at each fraction: (fractions, lo, mid, hi), a fit across the rungs per
+    fraction, lo–hi the interval at `level` for one run's loss there (the hero is one run, with its
+    own scatter, not the law itself). Fractions the same rungs reached are fitted together."""
+    groups: dict[tuple[float, ...], list[tuple[float, list[float]]]] = {}
+    for f, c, y in fraction_points(rs):
+        if pin is not None and min(y) <= pin:
+            continue                                # a fraction the pin cannot fit has no band
+        groups.setdefault(tuple(c), []).append((f, y))
+    rows = []
+    for c, members in groups.items():
+        prof = profile(list(c), [y for _, y in members], pin)
+        mid = prof.predict([hero_compute])[:, 0]
+        lo, hi = prof.interval([hero_compute], level, predictive=True)
+        rows += [(f, lo[i, 0], mid[i], hi[i, 0]) for i, (f, _) in enumerate(members)]
+    if not rows:
         return None
-    fr = np.array([f for f, _ in fits])
-    mid = np.array([float(fit.predict(hero_compute)) for _, fit in fits])
-    bands = [fit.band(hero_compute, run=True) for _, fit in fits]
-    lo = np.array([float(b[0][0]) for b in bands])
-    hi = np.array([float(b[1][0]) for b in bands])
+    rows.sort()
+    fr, lo, mid, hi = (np.array(col, dtype=float) for col in zip(*rows))
     return fr, lo, mid, hi
 
 
