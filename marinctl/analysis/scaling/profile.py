@@ -201,7 +201,7 @@ def _refined_minimum(alpha: np.ndarray, rss: np.ndarray) -> np.ndarray:
     rows = np.arange(len(alpha))
     j = np.clip(rss.argmin(1), 1, alpha.shape[1] - 2)
     la = np.log(alpha)
-    x0, x1, x2 = la[rows, j - 1], la[rows, j], la[rows, j + 1]
+    x1, x2 = la[rows, j], la[rows, j + 1]
     r0, r1, r2 = rss[rows, j - 1], rss[rows, j], rss[rows, j + 1]
     curv = r0 - 2 * r1 + r2
     step = np.where(curv > 0, 0.5 * (r0 - r2) / np.where(curv > 0, curv, 1.0), 0.0)
