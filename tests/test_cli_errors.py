@@ -94,6 +94,12 @@ CASES = [
     case("ladder-csv-wrong-columns", ["ladder", "--points", "{wrong_columns}"], 2, ["{wrong_columns_name}"]),
     case("ladder-csv-too-few-points", ["ladder", "--points", "{two_points}"], 2, ["{two_points_name}"]),
     case("ladder-csv-is-a-directory", ["ladder", "--points", "{folder}"], 2, ["{folder_name}"]),
+    # ladder's intervals and speed-up (shared/tools/as-a-user TYPOS' last two)
+    case("ladder-against-missing-csvs", ["ladder", "--points", "missing.csv", "--against", "also-missing.csv"], 2,
+         ["missing.csv"]),
+    case("ladder-level-above-one", ["ladder", "--level", "1.5"], 2, ["--level", "1.5"]),
+    case("ladder-level-zero", ["ladder", "--level", "0"], 2, ["--level"]),
+    case("ladder-level-text", ["ladder", "--level", "most"], 2, ["most"]),
     # unusable homes and stores: runtime failures naming the path
     case("home-is-a-file", ["--home", "{a_file}", "runs"], 1, ["{a_file}"]),
     case("home-read-only", ["--home", "{read_only}", "runs"], 1, ["{read_only}"]),
