@@ -21,7 +21,7 @@ story:
   restart inside it are two things that happened, not one.
 - **its peak**: the incident's kind and metric are those of its window (the strongest, when
   several of one kind), else of its strongest detection (kind severity × confidence,
-  ranking.py); its `step` is the highest-scored detection of that kind (scores of different
+  explain/ranking.py); its `step` is the highest-scored detection of that kind (scores of different
   kinds do not compare: a z-score, a ratio, a percentage).
 - **severity**: ranking.level of its strongest detection — the rule explain ranks by.
 """
@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from marinctl.analysis.detect import ranking
+from marinctl.analysis.explain import ranking
 from marinctl.domain import Anomaly
 
 GROUP_ROWS = ranking.GROUP_ROWS

@@ -23,7 +23,7 @@ from typing import Any
 from marinctl.analysis.explain import context as ctx_mod
 from marinctl.analysis.detect import detection
 from marinctl.analysis.detect import detectors as D
-from marinctl.analysis.detect import ranking
+from marinctl.analysis.explain import ranking
 from marinctl.analysis.explain import roles as roles_mod
 from marinctl.analysis.explain.explanations import ROLE_NOTES, explanation
 from marinctl.errors import UnknownMetric, UnknownStep, UserError
