@@ -123,7 +123,7 @@ def _context_lines(c: dict[str, Any]) -> list[str]:
         nxt = f"; next switch at step {N.count(dp['next_switch'])}" if dp.get("next_switch") else ""
         lines.append(f"  data mix     phase {dp['number']} ({_t(dp['name'])}) since step {N.count(dp['start_step'])}{nxt}")
     if c.get("evals"):
-        lines.append("  evals        at steps " + ", ".join(N.count(s) for s in c["evals"][:6]))
+        lines.append("  evals        at steps " + ", ".join(N.count(s) for s in c["evals"]))
     if c.get("checkpoints"):
         lines.append("  checkpoints  at steps " + ", ".join(N.count(s) for s in c["checkpoints"][:6]))
     for p in c.get("schedule", []):
