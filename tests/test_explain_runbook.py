@@ -139,7 +139,7 @@ def test_a_childs_loss_mismatch_with_its_parent_is_found_and_named(cli, world, n
     assert (ev["fork_parent"], ev["fork_step"], ev["phase"], ev["threshold"]) == (parent.run_id, R.FORK, phase, bar)
     # the runbook's span decides the bar; the episode runs over the whole overlap (the parent logged to 1,499)
     assert ev["start"] == truth.step and ev["decided_to"] == truth.window[1] and ev["steps_over"], ev
-    assert ev["end"] == R.PARENT_END - 1 == ev["overlap_to"], ev
+    assert ev["end"] == R.PARENT_END - 1 == ev["overlap_to"] and (f["start"], f["end"]) == (ev["start"], ev["end"]), ev
     if name == "resume-mismatch":
         assert ev["mismatch"] == pytest.approx(0.03, abs=0.005)
     else:
