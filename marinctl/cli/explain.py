@@ -103,7 +103,7 @@ def explain_range(
     output.print_table(["steps", "cause", "kind", "metric", "severity"],
                        [(_steps(a["step"], b["step"]), a["cause_class"] or "—", (a["kind"] or "").replace("_", " "),
                          a["metric"] or "", a["severity"] or "") for a, b in _spans(rows)])
-    print(f"\n{len(rows)} step{'s' if len(rows) != 1 else ''} from {numbers.count(first)} to {numbers.count(last)}"
+    print(f"\n{numbers.count(len(rows))} step{'s' if len(rows) != 1 else ''} from {numbers.count(first)} to {numbers.count(last)}"
           + (f", every {numbers.count(every)}" if every > 1 else "") + f" · details at a step: marinctl explain step N{more}")
 
 

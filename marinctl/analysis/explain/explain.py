@@ -144,8 +144,8 @@ def sweep(con: Connection, target: Target, first: int, last: int, every: int = 1
     _check(con, target, (first, last), lo, hi, f"--range {max(first, lo or 0)}:{min(last, hi or 0)}")
     rd = reading_mod.read(con, target, first, last, hi)
     out = []
-    for n in range(first, last + 1, max(every, 1)):
-        top = next(iter(rd.at(n)), None)
+    for n, ranked in rd.each(range(first, last + 1, max(every, 1))):
+        top = next(iter(ranked), None)
         out.append({"step": n, "cause_class": top and top["cause_class"], "kind": top and top["kind"],
                     "metric": top and top["metric"], "severity": top and top["severity"],
                     "start": top and top["start"], "end": top and top["end"]})

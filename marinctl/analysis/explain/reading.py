@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -80,10 +80,27 @@ class Reading:
         """The findings that answer `step` (ranking.relevant), one per cause and moment, ranked, each
         stamped with its episode (`start`, `end`, `open`), its `severity` and whether it was
         `under_way` long before the step."""
+        return self._answer(step, self.findings[:bisect_right(self._starts, step + ranking.ahead(self.interval_at(step)))],
+                            metric)
+
+    def each(self, steps: range) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+        """`at` for every step of an increasing range, keeping only the findings that may still
+        answer (a sweep line: a long span of per-step detections is not re-read at every step)."""
+        # no step's window reaches further back than 3 × the widest gap between logged rows
+        far = max(NEAR, 3 * int(np.diff(self.loss_steps).max())) if len(self.loss_steps) > 1 else NEAR
+        active: list[dict[str, Any]] = []
+        k = 0
+        for n in steps:
+            ahead = ranking.ahead(self.interval_at(n))
+            while k < len(self.findings) and self._starts[k] <= n + ahead:
+                active.append(self.findings[k])
+                k += 1
+            active = [f for f in active if f["end"] >= n - far]   # past every step still to come
+            yield n, self._answer(n, active, None)
+
+    def _answer(self, step: int, pool: list[dict[str, Any]], metric: str | None) -> list[dict[str, Any]]:
         interval, near = self.interval_at(step), self.near_at(step)
-        ahead = ranking.ahead(interval)
-        cands = [f for f in self.findings[:bisect_right(self._starts, step + ahead)]
-                 if ranking.relevant(f, step, interval, near)]
+        cands = [f for f in pool if ranking.relevant(f, step, interval, near)]
         if metric is not None:
             cands = [f for f in cands if f["metric"] == metric or f["metric"] in ("_lineage", "_step")] or cands
         out = ranking.ranked(ranking.merge(cands, step, interval), step, interval, near)
