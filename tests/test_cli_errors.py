@@ -44,6 +44,13 @@ CASES = [
     case("mix-negative-at", ["mix", "--at", "-3"], 2, ["--at"]),
     case("events-negative-window", ["events", "--window", "-1"], 2, ["--window"]),
     case("home-under-dev-null", ["--home", "/dev/null/x", "runs"], 1, ["/dev/null/x"]),
+    case("explain-range-backwards", ["explain", "--range", "10:5"], 2, ["--range 10:5", "5:10"]),
+    # explain --range: what else a person types wrong
+    case("explain-range-not-a-span", ["explain", "--range", "10-50"], 2, ["10-50", "A:B"]),
+    case("explain-range-every-zero", ["explain", "--range", "5:10", "--every", "0"], 2, ["--every"]),
+    case("explain-range-beyond-run", ["explain", "--range", "10:99999", "--run", RUN], 2, ["99999", "10:59"]),
+    case("explain-range-unknown-run", ["explain", "--range", "5:10", "--run", "no-such-run"], 2, ["no-such-run"]),
+    case("explain-range-with-step", ["explain", "--range", "5:10", "step", "5"], 2, ["--range"]),
     # more misspellings: the closest command is suggested
     case("misspelt-ladr", ["ladr"], 2, ["ladr", "ladder"]),
     case("misspelt-anomalys", ["anomalys"], 2, ["anomalys", "anomalies"]),
