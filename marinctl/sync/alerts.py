@@ -164,7 +164,7 @@ class Alerter:
 
     def _candidates(self, con: Connection, run: dict[str, Any], mem: _Run, now: datetime) -> list[raised.Candidate]:
         segs = [(run["run_pk"], None, None)]
-        out = raised.from_incidents(con, run, mem.since)
+        out = raised.from_incidents(con, run, mem.since) + raised.from_hero_band(con, run, mem.since)
         # NaN/Inf: metrics with one among the new rows, and those whose NaN episode is still open
         last = run.get("last_step")
         if last is not None and int(last) > mem.nan_checked:

@@ -15,6 +15,8 @@ The built-in sources (issue 29):
   says running but its heartbeat is older than STALE_AFTER_S, as watch's header reads it. A
   `[liveness] stale_after` in alerts.toml overrides both.
 - **rules** from alerts.toml (rules.py, conditions.py).
+- **the hero leaving the ladder's band** (analysis/scaling/hero_band.py): one per episode of
+  evals outside the interval the ladder gives one run at that point of the schedule.
 """
 
 from __future__ import annotations
@@ -69,6 +71,14 @@ def from_incidents(con: Connection, run: dict[str, Any], since: int) -> list[Can
                              inc.metric, gap=inc_mod.GROUP_ROWS * interval,
                              details={"score": inc.score, "steps": list(inc.steps[:50]), "detections": inc.detections}))
     return out
+
+
+def from_hero_band(con: Connection, run: dict[str, Any], since: int) -> list[Candidate]:
+    """The hero's episodes outside the ladder's band that began after step `since`."""
+    from marinctl.analysis.scaling.hero_band import CAUSE, episodes_for
+
+    return [Candidate(CAUSE, ep.start, ep.end, ep.start, CAUSE, "none", "medium", ep.figures["metric"], gap=ep.gap,
+                      details=ep.figures) for ep in episodes_for(con, run, since)]
 
 
 # --- non-finite values and rules -----------------------------------------------------------------
