@@ -44,6 +44,12 @@ CASES = [
     case("mix-negative-at", ["mix", "--at", "-3"], 2, ["--at"]),
     case("events-negative-window", ["events", "--window", "-1"], 2, ["--window"]),
     case("home-under-dev-null", ["--home", "/dev/null/x", "runs"], 1, ["/dev/null/x"]),
+    case("store-catalog-unreachable", ["--store", "ducklake:postgres:dbname=x host=127.0.0.1 port=1", "runs"], 1,
+         ["catalog", "port=1", "cannot be reached"]),
+    case("store-init-not-a-url", ["store", "init", "not-a-url"], 2, ["not-a-url", "ducklake:"]),
+    case("store-copy-missing-source", ["store", "copy", "no-such.duckdb", "also-missing.duckdb"], 2,
+         ["no-such.duckdb"]),
+    case("store-conninfo-misspelt", ["--store", "ducklake:postgres:dbname=x hots=127.0.0.1", "runs"], 2, ["hots"]),
     case("explain-range-backwards", ["explain", "--range", "10:5"], 2, ["--range 10:5", "5:10"]),
     # explain --range: what else a person types wrong
     case("explain-range-not-a-span", ["explain", "--range", "10-50"], 2, ["10-50", "A:B"]),

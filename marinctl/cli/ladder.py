@@ -99,12 +99,12 @@ def _rungs_or_published(lad, metric, pin, level):
     """Final metric of each synced rung; else the published v16 isoFLOP table (said so on stderr)."""
     from marinctl.analysis.scaling import hero_band
     from marinctl.errors import UserError
-    from marinctl.paths import db_path
     from marinctl.store import open_store
 
     rs = []
-    if db_path().exists():
-        with open_store().connect() as con:
+    store = open_store()
+    if store.exists():
+        with store.connect() as con:
             rs = lad.rung_series(con, metric)
             if rs and not any(len(r["steps"]) for r in rs):
                 raise UserError(f"no rung logged metric {metric!r}", "list a rung's keys with `marinctl show rung1`")

@@ -41,7 +41,6 @@ def isoflop_command(project: str, *, metric: str, pin: float | None, predict: li
 def _sweep(iso, project: str, flag: str, metric: str, pin, select, level: float, computes):
     """One synced sweep analysed: (its document, the analysis)."""
     from marinctl.errors import UserError
-    from marinctl.paths import db_path
     from marinctl.store import open_store
 
     parts = project.strip().strip("/").split("/")
@@ -49,9 +48,10 @@ def _sweep(iso, project: str, flag: str, metric: str, pin, select, level: float,
         raise UserError(f"{flag} takes ENTITY/PROJECT, not {project!r}",
                         "e.g. `marinctl ladder --isoflop marin-community/dial_moe`")
     entity, name = parts
-    if not db_path().exists():
+    store = open_store()
+    if not store.exists():
         raise UserError("the store holds no runs yet", f"mirror the sweep first: `marinctl sync {entity}/{name}`")
-    with open_store().connect() as con:
+    with store.connect() as con:
         pts, skipped = iso.points_from_store(con, entity, name, metric, select)
     if not pts:
         why = f" ({skipped[0]['run']}: {skipped[0]['reason']})" if skipped else ""
