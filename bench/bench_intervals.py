@@ -114,9 +114,9 @@ def held(lo, hi, truth):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--draws", type=int, default=1000)
-    ap.add_argument("--boot", type=int, default=200)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--draws", type=int, default=1000, help="SYNTHETIC ladders (and sweeps, pairs) per row")
+    ap.add_argument("--boot", type=int, default=200, help="resamples per ladder for the bootstrap intervals")
     args = ap.parse_args()
     linf, a, alpha = LAW
     print(f"90% intervals on the loss, {args.draws} SYNTHETIC ladders each (bootstraps: first {args.draws // 5})")
