@@ -13,7 +13,7 @@ the watch's first-read helper sends an error across a pipe by class name (tui/fi
 from __future__ import annotations
 
 __all__ = ["MarinctlError", "UserError", "RuntimeFailure", "UnknownRun", "AmbiguousRun", "UnknownStep",
-           "UnknownMetric", "NoStore", "StoreLocked"]
+           "UnknownMetric", "NoStore", "StoreLocked", "StoreUnavailable"]
 
 
 class MarinctlError(Exception):
@@ -64,6 +64,10 @@ class NoStore(UserError):
 
 class StoreLocked(RuntimeFailure):
     """Another process held the store longer than this one would wait."""
+
+
+class StoreUnavailable(RuntimeFailure):
+    """A team store's catalog server could not be reached, or went away during a command."""
 
 
 def is_interrupt(exc: BaseException) -> bool:

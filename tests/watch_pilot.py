@@ -12,12 +12,14 @@ from pathlib import Path
 SIZE = (120, 40)
 
 
-def open_watch(store_path: Path, target: str | None = None, *, interval: float = 30.0, autosync: bool = False):
-    """`marinctl watch TARGET` on the DuckDB file at `store_path`, as an App for `app.run_test()`."""
+def open_watch(store_path: Path, target: str | None = None, *, interval: float = 30.0, autosync: bool = False,
+               store=None):
+    """`marinctl watch TARGET` on the DuckDB file at `store_path` (or on `store`, a team's lake), as an
+    App for `app.run_test()`."""
     from marinctl.store import Store
     from marinctl.tui.app import WatchApp
 
-    return WatchApp(target, interval, store=Store(Path(store_path)), autosync=autosync)
+    return WatchApp(target, interval, store=store or Store(Path(store_path)), autosync=autosync)
 
 
 def run_test(app):

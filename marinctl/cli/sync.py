@@ -107,7 +107,7 @@ def _poll(store, targets, plans, *, follow: bool, interval: float, json_out: boo
 
     progress = _Progress(enabled=not json_out and sys.stderr.isatty())
     total = {"runs": [], "events_added": 0, "timing": {"total_s": 0.0, "wandb_http_s": 0.0}}
-    with acquire_all(store.path, [lock_key(p) for p in plans], owner="sync"), http.notices(_note, connecting=not json_out):
+    with acquire_all(store, [lock_key(p) for p in plans], owner="sync"), http.notices(_note, connecting=not json_out):
         while True:
             try:
                 report = sync_targets(store, targets, progress=progress, warn=_warn, following=follow,
@@ -203,7 +203,7 @@ def _follow_local(store, plans, *, json_out: bool, alerting=None) -> None:
                                 kwargs={"stop": stop, "on_update": on_update, "interval": 1.0, "warn": _warn},
                                 daemon=True)
                for p in plans]
-    with acquire_all(store.path, [lock_key(p) for p in plans], owner="sync --follow"):
+    with acquire_all(store, [lock_key(p) for p in plans], owner="sync --follow"):
         for t in threads:
             t.start()
         try:

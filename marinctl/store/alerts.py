@@ -3,9 +3,10 @@
 An alert's identity is (run uid, cause, episode start). Detection re-scores the live edge at
 every pass, so an incident's first step can move by a row or two as it grows: `episode_of`
 finds a stored alert of the same run and cause whose span lies within `gap` steps of a new
-one, and the pass extends that alert instead of firing again. The UNIQUE key holds the rest:
-DuckDB lets one process at a time open the file read-write, so a check and an insert in one
-transaction cannot interleave with another follower's.
+one, and the pass extends that alert instead of firing again. A check and an insert in one
+transaction cannot interleave with another follower's: DuckDB lets one process at a time open
+the file read-write, and a DuckLake's writers hold its writer lock (store/lake.py); on the
+embedded file the UNIQUE key stands behind that too.
 
 Delivery is per sink (`alert_deliveries`): each sink's row says whether that sink accepted
 the alert, and at most one process at a time delivers it there — the follower that holds the
@@ -20,7 +21,7 @@ import json
 from datetime import datetime
 from typing import Any, Callable, Sequence
 
-from marinctl.store import Connection, first
+from marinctl.store import Connection, dialect, first
 
 _FIELDS = ("alert_id", "run_uid", "cause", "episode_start", "episode_end", "step", "metric", "kind", "cause_class",
            "severity", "title", "summary", "command", "details", "fired_at", "delivered_at", "delivered_to", "tries",
@@ -69,9 +70,10 @@ def insert(con: Connection, alert: dict[str, Any]) -> int:
     """Store a new alert (`alert` holds the written columns); returns its id. The caller has
     checked `episode_of` in the same transaction."""
     values = [json.dumps(alert.get("details") or {}, default=str) if f == "details" else alert.get(f) for f in _WRITTEN]
-    row = first(con.execute(f"INSERT INTO alerts ({', '.join(_WRITTEN)}) VALUES ({_marks(_WRITTEN)}) RETURNING alert_id",
-                            values))
-    return int(row[0])
+    alert_id = dialect.new_id(con, "alerts", "alert_id")
+    con.execute(f"INSERT INTO alerts (alert_id, {', '.join(_WRITTEN)}) VALUES (?, {_marks(_WRITTEN)})",
+                [alert_id, *values])
+    return alert_id
 
 
 def get(con: Connection, alert_ids: Sequence[int]) -> list[dict[str, Any]]:

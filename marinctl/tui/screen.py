@@ -91,7 +91,7 @@ class WatchScreen(Screen):
         that read already started (tui/first_read.py); `rules`, `sinks`: the alert rules and `--notify`."""
         super().__init__()
         self.store, self.target, self.starting, self._plan = store, target, starting, plan
-        self.remembered = S.load(store.path)
+        self.remembered = S.load(store.settings_key)
         early = first_read if plan is not None and not starting else None
         self.state = WatchState(params_for(self.remembered, view_ref), ChartState(logy_keys=frozenset(self.remembered.logy)),
                                 self._changed)
@@ -171,7 +171,7 @@ class WatchScreen(Screen):
     @on(RunFilter.Applied)
     def save_layout(self, _changed: Any = None) -> None:
         """Remember the layout, panes and run filter for this store (a new run filter too)."""
-        S.save(self.store.path, self.state.layout(**self.panes.remembered(), run_filter=self.sidebar.expression))
+        S.save(self.store.settings_key, self.state.layout(**self.panes.remembered(), run_filter=self.sidebar.expression))
 
     # -- what the workers post back --------------------------------------------------------------
     def on_planned(self, message: msg.Planned) -> None:

@@ -88,7 +88,7 @@ def candidates(con: Connection, run: dict[str, Any], mem: Followed, rules: Rules
     """What the run raises since the last pass: incidents, NaN/Inf episodes, rule episodes, a
     turn of its liveness (the store then keeps those it has no alert of)."""
     segs = _segments(con, run, mem)
-    out = raised.from_incidents(con, run, mem.since)
+    out = raised.from_incidents(con, run, mem.since) + raised.from_hero_band(con, run, mem.since)
     # NaN/Inf: metrics with one among the new rows, and those whose NaN episode is still open
     last = run.get("last_step")
     if last is not None and int(last) > mem.nan_checked:

@@ -17,6 +17,8 @@ The built-in sources:
 - **rules** from alerts.toml and presets (rules.py, conditions.py): window episodes of a metric,
   and a run gone `silent` or `stalled` for a rule's `after` seconds (one alert per step it
   stopped at). A `nonfinite` rule gives the built-in NaN/Inf alert of its metric its priority.
+- **the hero leaving the ladder's band** (analysis/scaling/hero_band.py): one per episode of
+  evals outside the interval the ladder gives one run at that point of the schedule.
 
 Every candidate has a priority (priority.py): a rule's own, else its severity's.
 """
@@ -78,6 +80,14 @@ def from_incidents(con: Connection, run: dict[str, Any], since: int) -> list[Can
                              inc.metric, gap=inc_mod.GROUP_ROWS * interval,
                              details={"score": inc.score, "steps": list(inc.steps[:50]), "detections": inc.detections}))
     return out
+
+
+def from_hero_band(con: Connection, run: dict[str, Any], since: int) -> list[Candidate]:
+    """The hero's episodes outside the ladder's band that began after step `since`."""
+    from marinctl.analysis.scaling.hero_band import CAUSE, episodes_for
+
+    return [Candidate(CAUSE, ep.start, ep.end, ep.start, CAUSE, "none", "medium", ep.figures["metric"], gap=ep.gap,
+                      details=ep.figures) for ep in episodes_for(con, run, since)]
 
 
 # --- non-finite values and rules -----------------------------------------------------------------

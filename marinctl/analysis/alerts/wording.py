@@ -34,6 +34,10 @@ def command(con: Connection, run: dict[str, Any], step: int) -> str:
 def words(con: Connection, run: dict[str, Any], c: Candidate) -> tuple[str, str | None]:
     """(title, summary) of an alert about to fire; a rule's alert with no cause of its own takes
     explain's cause at its step (`c.cause_class` is set)."""
+    if c.kind == "hero_band":   # its figures say it all; explain's words are about what a run did
+        from marinctl.analysis.scaling.hero_band import words as band_words
+
+        return band_words(c.details, run["run_id"])
     doc = _explained(con, run, c.step) if c.kind not in ("stale", "crashed", "silent", "stalled") else None
     summary = doc.get("summary") if doc else None
     label = run["run_id"]
