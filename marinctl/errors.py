@@ -68,3 +68,8 @@ class StoreLocked(RuntimeFailure):
 
 class StoreUnavailable(RuntimeFailure):
     """A team store's catalog server could not be reached, or went away during a command."""
+
+
+def is_interrupt(exc: BaseException) -> bool:
+    """Ctrl-C that arrived inside a DuckDB query (DuckDB raises its own error, not KeyboardInterrupt)."""
+    return type(exc).__name__ == "InterruptException" or str(exc).strip() == "Query interrupted"

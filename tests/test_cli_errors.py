@@ -57,6 +57,11 @@ CASES = [
     case("explain-range-beyond-run", ["explain", "--range", "10:99999", "--run", RUN], 2, ["99999", "10:59"]),
     case("explain-range-unknown-run", ["explain", "--range", "5:10", "--run", "no-such-run"], 2, ["no-such-run"]),
     case("explain-range-with-step", ["explain", "--range", "5:10", "step", "5"], 2, ["--range"]),
+    # as-a-user TYPOS of on call: alerts ack, --digest, --preset, the ntfy sink
+    case("alerts-ack-no-such-id", ["alerts", "ack", "no-such-id"], 2, ["no-such-id"]),
+    case("sync-digest-5x", ["sync", "x/y", "--follow", "--digest", "5x"], 2, ["--digest", "5x"]),
+    case("sync-preset-unknown", ["sync", "x/y", "--follow", "--preset", "no-such-preset"], 2, ["no-such-preset"]),
+    case("sync-notify-ntfy-not-a-url", ["sync", "x/y", "--follow", "--notify", "ntfy=not a url"], 2, ["ntfy", "URL"]),
     # more misspellings: the closest command is suggested
     case("misspelt-ladr", ["ladr"], 2, ["ladr", "ladder"]),
     case("misspelt-anomalys", ["anomalys"], 2, ["anomalys", "anomalies"]),

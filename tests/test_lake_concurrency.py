@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from tests.blackbox import interrupt, marinctl_proc, marinctl_run, sdk_env, start_wandb
+from tests.blackbox import interrupt, marinctl_proc, marinctl_run, sdk_env, start_wandb, wait_until
 from tests.fakes.growing import Feed, growing_run
 from tests.fakes.wandb_server import WandbServer
 from tests.fakes.webhook_receiver import WebhookReceiver
@@ -147,6 +147,10 @@ def test_two_followers_on_two_machines_write_each_row_once_and_send_one_alert(pg
             feed.grow(10, co_spike=True)
             two.synced(feed.last_step)
             assert hook.wait_for(lambda p: len(p) >= 1, WAIT_S), "\n".join(two.lines[-20:])
+            # its delivery on record first: killed between the POST and the record, the next follower
+            # sends it again under the same idempotency key (at least once; tests/test_alert_delivery.py)
+            assert wait_until(lambda: '"delivered": true' in marinctl_run(["alerts", "--json"], env=envs[1]).stdout,
+                              WAIT_S, step=0.2), "\n".join(two.lines[-20:])
             two.kill()                               # that machine dies: its locks go with its connection
             for _ in range(2):                       # the project's follower takes the run over from the
                 one.synced(feed.grow(6))             # watermark, and scores the same episode: no second alert

@@ -18,7 +18,7 @@ import typer
 
 from marinctl import __version__, paths
 from marinctl.cli.boundary import CommandGroup
-from marinctl.errors import MarinctlError
+from marinctl.errors import MarinctlError, is_interrupt
 
 app = typer.Typer(
     name="marinctl",
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:
         if _state["debug"]:
             raise
-        if boundary.is_interrupt(exc):
+        if is_interrupt(exc):
             sys.stderr.write("marinctl: interrupted\n")
             sys.exit(130)
         disk = boundary.disk_failure(exc, _db_path_or_none()) or boundary.store_failure(exc)

@@ -137,11 +137,6 @@ def help_text(exc: X.UsageError) -> str:
     return exc.ctx.get_help()
 
 
-def is_interrupt(exc: BaseException) -> bool:
-    """Ctrl-C that arrived inside a DuckDB query (DuckDB raises its own error, not KeyboardInterrupt)."""
-    return type(exc).__name__ == "InterruptException" or str(exc).strip() == "Query interrupted"
-
-
 def disk_failure(exc: BaseException, db_path: str | None) -> RuntimeFailure | None:
     """A disk or permission failure below a command (OSError, or DuckDB's IO error), or a store
     file that is not one, as exit 1 naming the path; None for anything else."""

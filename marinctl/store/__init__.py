@@ -191,6 +191,12 @@ class Store:
                 if not _is_lock_error(exc):
                     raise
                 last = exc
+            except duckdb.BinderException as exc:
+                # Another thread of this process is closing the file's last connection (its database
+                # instance is being torn down) while this one opens it: open again in a moment.
+                if "file handle conflict" not in str(exc):
+                    raise
+                last = exc
             if time.monotonic() >= deadline:
                 raise StoreLocked(
                     f"the store {self.path} is locked by another marinctl process ({_holder(last)})",
