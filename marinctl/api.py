@@ -35,9 +35,26 @@ ANOMALY_FIELDS = ("run", "step", "start", "end", "metric", "kind", "score", "cau
 EVENT_FIELDS = ("time", "kind", "title", "url", "run", "step", "source", "author", "event_id", "align", "fields")
 
 
-def open(home: str | Path | None = None, db: str | Path | None = None) -> Mirror:  # noqa: A001 — marinctl.open
+def open(home: str | Path | None = None, db: str | Path | None = None, store: str | None = None,  # noqa: A001
+         data: str | None = None) -> Mirror:
     """The store under `home` (else `$MARINCTL_HOME`, the checkout's cache/, the user cache dir),
-    or the DuckDB file `db`, as the CLI's `--home`/`--db` find it; read-only."""
+    or the DuckDB file `db`, as the CLI's `--home`/`--db` find it; or the team's DuckLake `store`
+    (else `$MARINCTL_STORE` when neither `home` nor `db` is given) with its data at `data` (else
+    `$MARINCTL_STORE_DATA`), as `--store`/`--store-data` name it. Read-only."""
+    import os
+
+    if store is None and home is None and db is None:
+        store = os.environ.get("MARINCTL_STORE") or None
+    if store is not None:
+        from marinctl.store import lake_store
+
+        if data is None:
+            data = os.environ.get("MARINCTL_STORE_DATA") or None
+        lake = lake_store(str(store), None if data is None else str(data))
+        if not lake.exists():
+            raise NoStore(f"no marinctl store in the DuckLake {lake.describe()}",
+                          f"create it with `marinctl store init '{store}'`, then sync into it")
+        return Mirror(lake)
     path = paths.locate(home, db)
     if not path.is_file():
         raise NoStore(f"no marinctl store at {path}",
@@ -52,13 +69,17 @@ def open(home: str | Path | None = None, db: str | Path | None = None) -> Mirror
 class Mirror:
     """The local mirror, read-only: runs, full-resolution history, detections, events, explain."""
 
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        self._store = Store(self.path)
+    def __init__(self, where: Path | Any):
+        if isinstance(where, (str, Path)):
+            self.path: Path | None = Path(where)
+            self._store = Store(self.path)
+        else:                      # a store object (a DuckLake)
+            self.path = None
+            self._store = where
         self._mem = relations.memory()
 
     def __repr__(self) -> str:
-        return f"<marinctl.Mirror {self.path}>"
+        return f"<marinctl.Mirror {self._store.describe()}>"
 
     def __enter__(self) -> Mirror:
         return self
@@ -155,7 +176,7 @@ class Mirror:
     @contextmanager
     def _read(self) -> Iterator[Any]:
         """A short read-only connection; DuckDB's own failures become the CLI's RuntimeFailure."""
-        if not self.path.is_file():
+        if self.path is not None and not self.path.is_file():
             raise NoStore(f"the marinctl store {self.path} is gone", "open it again with marinctl.open()")
         try:
             with self._store.connect() as con:
@@ -163,7 +184,7 @@ class Mirror:
         except MarinctlError:
             raise
         except duckdb.Error as exc:
-            raise RuntimeFailure(f"cannot read the store {self.path}: {str(exc).splitlines()[0]}",
+            raise RuntimeFailure(f"cannot read the store {self._store.describe()}: {str(exc).splitlines()[0]}",
                                  "retry in a moment; if it persists, check the file with `marinctl runs`") from None
 
 

@@ -13,7 +13,8 @@ the watch's first-read helper sends an error across a pipe by class name (tui/fi
 from __future__ import annotations
 
 __all__ = ["MarinctlError", "UserError", "RuntimeFailure", "UnknownRun", "AmbiguousRun", "UnknownStep",
-           "UnknownMetric", "NoStore", "StoreLocked", "SyncBusy", "Unreachable"]
+           "UnknownMetric", "NoStore", "StoreLocked", "SyncBusy", "Unreachable",
+           "StoreUnavailable"]
 
 
 class MarinctlError(Exception):
@@ -73,3 +74,12 @@ class SyncBusy(RuntimeFailure):
 class Unreachable(RuntimeFailure):
     """A source (W&B, GitHub) that could not be reached, or kept failing, through every retry: the
     mirror is offline until it answers again."""
+
+
+class StoreUnavailable(RuntimeFailure):
+    """A team store's catalog server could not be reached, or went away during a command."""
+
+
+def is_interrupt(exc: BaseException) -> bool:
+    """Ctrl-C that arrived inside a DuckDB query (DuckDB raises its own error, not KeyboardInterrupt)."""
+    return type(exc).__name__ == "InterruptException" or str(exc).strip() == "Query interrupted"

@@ -2,7 +2,8 @@
 
 A plain `pip install marinctl` carries what following runs needs. Reading local `.wandb`
 files needs wandb's protobufs (`marinctl[local]`); training needs torch (`marinctl[repro]`);
-`serve` needs textual-serve (`marinctl[web]`).
+`serve` needs textual-serve (`marinctl[web]`); a DuckLake store needs DuckDB's ducklake,
+postgres and httpfs extensions as packaged for the pinned DuckDB (`marinctl[team]`).
 A command that reaches for a missing one stops with exit 1 and the install line to run.
 """
 
@@ -12,7 +13,9 @@ import importlib.util
 
 from marinctl.errors import RuntimeFailure
 
-EXTRAS = {"local": ("wandb",), "repro": ("torch", "tokenizers", "wandb"), "web": ("textual_serve",)}
+EXTRAS = {"local": ("wandb",), "repro": ("torch", "tokenizers", "wandb"), "web": ("textual_serve",),
+          "team": ("duckdb_extension_ducklake", "duckdb_extension_postgres_scanner", "duckdb_extension_httpfs",
+                   "psycopg", "pytz")}
 
 
 def missing(extra: str) -> list[str]:

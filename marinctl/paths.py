@@ -2,7 +2,8 @@
 
 `--home`, else `$MARINCTL_HOME`, else the checkout's `cache/` when run from a marinctl
 checkout, else the user cache directory. The DuckDB file is `<home>/marinctl.duckdb`
-unless `--db` names another.
+unless `--db` names another. A team's DuckLake is named by `--store` (else `$MARINCTL_STORE`),
+its data by `--store-data` (else `$MARINCTL_STORE_DATA`); the home still holds per-user files.
 
 A folder that cannot hold the store (a path through a file, a read-only folder, a full
 disk) is found here, before DuckDB or a download meets it, and reported as a runtime
@@ -21,6 +22,7 @@ from marinctl.errors import RuntimeFailure
 DB_NAME = "marinctl.duckdb"
 
 _overrides: dict[str, Path | None] = {"home": None, "db": None}
+_store_overrides: dict[str, str | None] = {"store": None, "data": None}
 _usable: set[Path] = set()   # folders already checked in this process
 _HOME_HINT = "pick a writable folder: marinctl --home DIR … (or set MARINCTL_HOME)"
 _DB_HINT = "pick a writable place for the store: marinctl --db PATH …, or drop --db"
@@ -29,6 +31,22 @@ _DB_HINT = "pick a writable place for the store: marinctl --db PATH …, or drop
 def set_overrides(home: Path | None = None, db: Path | None = None) -> None:
     _overrides["home"] = Path(home).expanduser() if home else None
     _overrides["db"] = Path(db).expanduser() if db else None
+
+
+def set_store(store: str | None = None, data: str | None = None) -> None:
+    """`--store URL` and `--store-data PATH` as given on the command line (None: not given)."""
+    _store_overrides["store"] = store or None
+    _store_overrides["data"] = data or None
+
+
+def store_url() -> str | None:
+    """The DuckLake the command works on (`--store`, else `$MARINCTL_STORE`); None: the embedded file."""
+    return _store_overrides["store"] or os.environ.get("MARINCTL_STORE") or None
+
+
+def store_data() -> str | None:
+    """Where a DuckLake keeps its data (`--store-data`, else `$MARINCTL_STORE_DATA`); None: not said."""
+    return _store_overrides["data"] or os.environ.get("MARINCTL_STORE_DATA") or None
 
 
 def checkout_root() -> Path | None:

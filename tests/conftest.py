@@ -45,7 +45,8 @@ def _isolated_home(tmp_path, monkeypatch):
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("MARINCTL_HOME", str(home))
-    for var in ("WANDB_API_KEY", "WANDB_BASE_URL", "GITHUB_TOKEN", "GH_TOKEN", "GITHUB_API_URL"):
+    for var in ("WANDB_API_KEY", "WANDB_BASE_URL", "GITHUB_TOKEN", "GH_TOKEN", "GITHUB_API_URL", "MARINCTL_STORE",
+                "MARINCTL_STORE_DATA"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -54,8 +55,34 @@ def _isolated_home(tmp_path, monkeypatch):
     from marinctl import paths
 
     paths.set_overrides(None, None)
+    paths.set_store(None, None)
     yield home
     paths.set_overrides(None, None)
+    paths.set_store(None, None)
+
+
+@pytest.fixture(scope="session")
+def pg_cluster():
+    """One throwaway PostgreSQL cluster on a free loopback port for every team-store test of the
+    session (tests/lake.py), stopped at the end however the session ends. No PostgreSQL: the
+    test fails, naming the package (CI's `.ci/run` installs it)."""
+    from tests.lake import PgCluster
+
+    cluster = PgCluster()
+    try:
+        cluster.start()
+    except RuntimeError as exc:
+        cluster.stop()
+        pytest.fail(str(exc), pytrace=False)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def lake(pg_cluster, tmp_path):
+    """A fresh database on the session's cluster: (DuckLake URL, data folder), not yet initialised."""
+    db = pg_cluster.new_database()
+    return pg_cluster.url(db), tmp_path / "lake-data"
 
 
 @pytest.fixture

@@ -44,6 +44,24 @@ CASES = [
     case("mix-negative-at", ["mix", "--at", "-3"], 2, ["--at"]),
     case("events-negative-window", ["events", "--window", "-1"], 2, ["--window"]),
     case("home-under-dev-null", ["--home", "/dev/null/x", "runs"], 1, ["/dev/null/x"]),
+    case("store-catalog-unreachable", ["--store", "ducklake:postgres:dbname=x host=127.0.0.1 port=1", "runs"], 1,
+         ["catalog", "port=1", "cannot be reached"]),
+    case("store-init-not-a-url", ["store", "init", "not-a-url"], 2, ["not-a-url", "ducklake:"]),
+    case("store-copy-missing-source", ["store", "copy", "no-such.duckdb", "also-missing.duckdb"], 2,
+         ["no-such.duckdb"]),
+    case("store-conninfo-misspelt", ["--store", "ducklake:postgres:dbname=x hots=127.0.0.1", "runs"], 2, ["hots"]),
+    case("explain-range-backwards", ["explain", "--range", "10:5"], 2, ["--range 10:5", "5:10"]),
+    # explain --range: what else a person types wrong
+    case("explain-range-not-a-span", ["explain", "--range", "10-50"], 2, ["10-50", "A:B"]),
+    case("explain-range-every-zero", ["explain", "--range", "5:10", "--every", "0"], 2, ["--every"]),
+    case("explain-range-beyond-run", ["explain", "--range", "10:99999", "--run", RUN], 2, ["99999", "10:59"]),
+    case("explain-range-unknown-run", ["explain", "--range", "5:10", "--run", "no-such-run"], 2, ["no-such-run"]),
+    case("explain-range-with-step", ["explain", "--range", "5:10", "step", "5"], 2, ["--range"]),
+    # as-a-user TYPOS of on call: alerts ack, --digest, --preset, the ntfy sink
+    case("alerts-ack-no-such-id", ["alerts", "ack", "no-such-id"], 2, ["no-such-id"]),
+    case("sync-digest-5x", ["sync", "x/y", "--follow", "--digest", "5x"], 2, ["--digest", "5x"]),
+    case("sync-preset-unknown", ["sync", "x/y", "--follow", "--preset", "no-such-preset"], 2, ["no-such-preset"]),
+    case("sync-notify-ntfy-not-a-url", ["sync", "x/y", "--follow", "--notify", "ntfy=not a url"], 2, ["ntfy", "URL"]),
     # more misspellings: the closest command is suggested
     case("misspelt-ladr", ["ladr"], 2, ["ladr", "ladder"]),
     case("misspelt-anomalys", ["anomalys"], 2, ["anomalys", "anomalies"]),
@@ -94,6 +112,12 @@ CASES = [
     case("ladder-csv-wrong-columns", ["ladder", "--points", "{wrong_columns}"], 2, ["{wrong_columns_name}"]),
     case("ladder-csv-too-few-points", ["ladder", "--points", "{two_points}"], 2, ["{two_points_name}"]),
     case("ladder-csv-is-a-directory", ["ladder", "--points", "{folder}"], 2, ["{folder_name}"]),
+    # ladder's intervals and speed-up (shared/tools/as-a-user TYPOS' last two)
+    case("ladder-against-missing-csvs", ["ladder", "--points", "missing.csv", "--against", "also-missing.csv"], 2,
+         ["missing.csv"]),
+    case("ladder-level-above-one", ["ladder", "--level", "1.5"], 2, ["--level", "1.5"]),
+    case("ladder-level-zero", ["ladder", "--level", "0"], 2, ["--level"]),
+    case("ladder-level-text", ["ladder", "--level", "most"], 2, ["most"]),
     # unusable homes and stores: runtime failures naming the path
     case("home-is-a-file", ["--home", "{a_file}", "runs"], 1, ["{a_file}"]),
     case("home-read-only", ["--home", "{read_only}", "runs"], 1, ["{read_only}"]),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from marinctl.analysis.explain.event_facts import extract_facts, parse_count
+from marinctl.analysis.events.facts import extract_facts, parse_count
 from marinctl.sources.github_events import logbook_events
 
 

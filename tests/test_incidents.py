@@ -65,3 +65,20 @@ def test_severity_follows_explains_rank():
     assert severity("param_norm_jump", "heuristic_parameter", 0.97) == "low"
     assert severity("fork", "infrastructure") == "low"
     assert severity("level_shift", "none", 1.0) == "low"
+
+
+def test_findings_below_an_alert_bar_are_low_and_never_change_the_other_incidents():
+    """A throughput dip and a resume offset are incidents of their own: every other incident — what
+    alerts fire on — is the one it would be without them."""
+    gap = _a(1700, "step_gap", "infrastructure", 90.0, metric="_step")
+    restart = _a(1702, "resume", "infrastructure", 12.0, metric="_timestamp")
+    dip = _a(1650, "throughput_dip", "infrastructure", 0.25, metric="throughput/tokens_per_second", start=1650, end=1710,
+             confidence=0.8)
+    offset = _a(1251, "resume_offset", "infrastructure", 0.007, metric="train/loss", start=1251, end=1499, confidence=0.8)
+    without = incidents([gap, restart])
+    found = incidents([offset, gap, dip, restart])
+    assert [i for i in found if i.kind not in ("throughput_dip", "resume_offset")] == without
+    assert [(i.kind, i.start, i.end, i.severity) for i in found if i.kind in ("throughput_dip", "resume_offset")] == [
+        ("resume_offset", 1251, 1499, "low"), ("throughput_dip", 1650, 1710, "low")]
+    assert severity("throughput_dip", "infrastructure", 0.8) == "low" == severity("resume_offset", "infrastructure", 0.8)
+    assert severity("throughput_collapse", "infrastructure") == "medium" and severity("resume_mismatch", "infrastructure") == "high"

@@ -18,7 +18,7 @@ def _csv(tmp_path, rows, name="pts.csv"):
 
 
 def test_published_v16_table_recovers_marins_constants_and_projects_1e21():
-    from marinctl.analysis.ladder import fit_power_law
+    from marinctl.analysis.scaling.ladder import fit_power_law
 
     fit = fit_power_law([c for c, _ in V16], [y for _, y in V16], pin=1.6)
     assert fit.A == pytest.approx(95.18, rel=0.01)
@@ -30,7 +30,7 @@ def test_published_v16_table_recovers_marins_constants_and_projects_1e21():
 
 
 def test_free_fit_recovers_a_known_law():
-    from marinctl.analysis.ladder import fit_power_law
+    from marinctl.analysis.scaling.ladder import fit_power_law
 
     c = np.logspace(18, 22, 8)
     y = 1.7 + 80.0 * c ** -0.09
@@ -120,7 +120,7 @@ def _load_synthetic_ladder(store, hero_dev=0.03, hero_fraction=0.25):
 
 
 def test_online_band_recovers_law_and_scores_a_deviating_hero(store):
-    from marinctl.analysis import ladder as lad
+    from marinctl.analysis.scaling import ladder as lad
     _load_synthetic_ladder(store, hero_dev=0.03)
     with store.connect() as con:
         rs = lad.rung_series(con, "eval/paloma/macro_loss")

@@ -181,9 +181,10 @@ def test_a_run_synced_by_another_process_meanwhile_is_not_written_twice(cli, mon
         for run in runs:                                      # 15 more steps, while one run's lock is held
             run.extend(45)
         from marinctl import paths
+        from marinctl.store import open_store
         from marinctl.store.synclock import acquire
 
-        with acquire(paths.db_path(), f"{ENTITY}/{P}/{alone.run_id}", owner="a SYNTHETIC follower"):
+        with acquire(open_store(), f"{ENTITY}/{P}/{alone.run_id}", owner="a SYNTHETIC follower"):
             run_cli(cli, "sync", f"{ENTITY}/{P}")
             assert _exported(cli, alone.run_id) != _truth(alone)      # left to the lock's holder
             assert _exported(cli, runs[0].run_id) == _truth(runs[0])

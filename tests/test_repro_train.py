@@ -231,6 +231,12 @@ from repro import wandb_log
 run, folder = wandb_log.open_run(Path(sys.argv[1]), "synthetic-stuck-service", {}, group="synthetic", tags=[])
 run.log({"train/loss": 1.0}, step=0)
 run.finish(exit_code=0)
+# the hang this stands for: a service that flushed the run (every 1 s) but never read its teardown
+# message; stopped before its flush, it would lose the exit record, which no real hang does
+from tests.test_repro_train import records
+deadline = time.monotonic() + 30
+while records(folder)[2] is None and time.monotonic() < deadline:
+    time.sleep(0.05)
 stuck = wandb_log._service_pids()
 Path(sys.argv[1], "stuck").write_text(" ".join(map(str, stuck)))
 for pid in stuck:

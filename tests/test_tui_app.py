@@ -80,7 +80,7 @@ async def test_first_frames_are_built_in_the_worker_at_the_size_the_grid_gives(w
     from marinctl.tui import settings
     from tests.watch_pilot import frames_built, on_ui
 
-    settings.save(watch_store.path, settings.Layout(cols=cols))
+    settings.save(watch_store.settings_key, settings.Layout(cols=cols))
     built = frames_built(monkeypatch)
     app = WatchApp(WatchOptions(None, 30, autosync=False), store=watch_store)
     async with app.run_test(size=size) as pilot:
@@ -320,7 +320,7 @@ async def test_watch_holds_the_sync_lock_so_cli_sync_is_told(watch_store):
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda t: started.is_set(), "the sync starts")
             with pytest.raises(RuntimeFailure) as err:
-                with synclock.acquire(watch_store.path, "marin", owner="sync"):
+                with synclock.acquire(watch_store, "marin", owner="sync"):
                     pass
             assert "watch (pid" in err.value.message and "marin" in err.value.message
             # readers in "another terminal" still work while watch is up and syncing
@@ -333,7 +333,7 @@ async def test_watch_holds_the_sync_lock_so_cli_sync_is_told(watch_store):
             assert len(json.loads(out.stdout)) == 7
             release.set()
             await until(pilot, lambda t: not running(app, "sync"), "the sync ends")
-        with synclock.acquire(watch_store.path, "marin", owner="sync"):
+        with synclock.acquire(watch_store, "marin", owner="sync"):
             pass
     finally:
         release.set()

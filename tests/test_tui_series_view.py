@@ -193,14 +193,15 @@ def test_ladder_band_appears_over_the_hero_when_the_ladder_module_provides_one(w
             return None
         return {"steps": [0, 400, 799], "lo": [3.0, 2.5, 2.2], "hi": [3.4, 2.9, 2.6]}
 
-    monkeypatch.setitem(sys.modules, "marinctl.analysis.ladder", types.SimpleNamespace(predicted_band=predicted_band))
+    monkeypatch.setitem(sys.modules, "marinctl.analysis.scaling.ladder", types.SimpleNamespace(
+        predicted_band=predicted_band, DEFAULT_METRIC="eval/paloma/macro_loss", DEFAULT_LEVEL=0.9))
     view = watch_view.build_view(watch_store, watch_view.ViewParams(ref="hero", xmode="fraction", overlays=True))
     bands = {p.key: p.band for p in view.panels}
     assert bands["grad/norm/total"] is None
     band = bands["train/loss"]
     assert band.x.tolist() == pytest.approx([0.0, 0.5, 799 / 800])
     assert band.hi.tolist() == [3.4, 2.9, 2.6]
-    monkeypatch.setitem(sys.modules, "marinctl.analysis.ladder", None)       # absent: no band, no error
+    monkeypatch.setitem(sys.modules, "marinctl.analysis.scaling.ladder", None)       # absent: no band, no error
     view = watch_view.build_view(watch_store, watch_view.ViewParams(ref="hero", overlays=True, xmode="fraction"))
     assert all(p.band is None for p in view.panels)
 

@@ -116,7 +116,8 @@ async def test_a_sync_follow_beside_watch_sends_nothing_twice(tmp_path, monkeypa
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=sink,
                                      start_new_session=True)
         try:
-            app = watch_app(tmp_path / "marinctl.duckdb", run.path, f"webhook={hook.url}/watch")
+            # the same sink as the follower's: delivery is per sink, and this one takes it once in all
+            app = watch_app(tmp_path / "marinctl.duckdb", run.path, f"webhook={hook.url}/sync")
             async with run_test(app) as pilot:
                 await wait_for_text(pilot, header_step(feed.last_step), timeout=WAIT_S)
                 await wait_for_text(pilot, header_step(feed.grow(6)), timeout=WAIT_S)

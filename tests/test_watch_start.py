@@ -258,7 +258,7 @@ def test_the_first_view_does_not_wait_for_the_key_list(run_dir, tmp_path):
         early = first_read.FirstRead(store, wandb_dir)
         assert early._pid is not None, "no helper forked"
         ref, _ = early.plan()
-        params = replace(first_read_work.params_for(settings.load(store.path), ref),
+        params = replace(first_read_work.params_for(settings.load(store.settings_key), ref),
                          buckets=first_read_work.bucket_guess(first_read.terminal_size()[0]))
         view = early.take(params)
         assert view is not None and view.error is None and "train/loss" in [p.key for p in view.panels], view
@@ -471,12 +471,12 @@ async def test_the_page_size_the_helper_draws_for_is_the_page_the_app_lays_out(r
     store = Store(tmp_path / "home" / "marinctl.duckdb")
     sync_path(store, wandb_dir)
     layout = settings.Layout(**panes)
-    settings.save(store.path, layout)
+    settings.save(store.settings_key, layout)
     app = WatchApp(WatchOptions("start-synthetic", 30, autosync=False), store=store)
     async with app.run_test(size=size) as pilot:
         await wait_for_text(pilot, "▏step")                        # the first page, laid out
         page = app.query_one(ChartPage)
-        assert (page.size.width, page.size.height) == page_size_guess(size, settings.load(store.path))
+        assert (page.size.width, page.size.height) == page_size_guess(size, settings.load(store.settings_key))
 
 
 @pytest.mark.parametrize("theme", ["textual-dark", "textual-light", "nord", "gruvbox"])

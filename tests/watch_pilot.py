@@ -12,13 +12,15 @@ from pathlib import Path
 SIZE = (120, 40)
 
 
-def open_watch(store_path: Path, target: str | None = None, *, interval: float = 30.0, autosync: bool = False):
-    """`marinctl watch TARGET` on the DuckDB file at `store_path`, as an App for `app.run_test()`."""
+def open_watch(store_path: Path, target: str | None = None, *, interval: float = 30.0, autosync: bool = False,
+               store=None):
+    """`marinctl watch TARGET` on the DuckDB file at `store_path` (or on `store`, a team's lake), as an
+    App for `app.run_test()`."""
     from marinctl.store import Store
     from marinctl.tui.app import WatchApp
     from marinctl.tui.options import WatchOptions
 
-    return WatchApp(WatchOptions(target, interval, autosync=autosync), store=Store(Path(store_path)))
+    return WatchApp(WatchOptions(target, interval, autosync=autosync), store=store or Store(Path(store_path)))
 
 
 def run_test(app):

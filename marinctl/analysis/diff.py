@@ -14,6 +14,7 @@ largest |gap| and where, and each run's last value, come with it. Pure: series i
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -45,6 +46,24 @@ def config_diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, dict[str, Any
     return {"changed": changed,
             "only_a": {k: fa[k] for k in sorted(fa.keys() - fb.keys())},
             "only_b": {k: fb[k] for k in sorted(fb.keys() - fa.keys())}}
+
+
+# keys that name a run rather than configure it: every fork differs there (W&B's ids, the tracker's
+# names, Marin's fork spec, the checkpoint it starts from)
+_IDENTITY = re.compile(r"(^|\.)(id|run_id|name|display_name|tags|notes|group|project|entity|fork_from|resume|"
+                       r"initialize_from|load_checkpoint_path|checkpoint_path|base_path|_wandb|git_commit)(\.|$)")
+
+
+def fork_changes(parent: dict[str, Any], child: dict[str, Any], limit: int = 20) -> dict[str, Any]:
+    """What a fork changed in its parent's config (config_diff without the keys that only name a
+    run): {"changed": {key: [parent, child]}, "added": {key: child}, "removed": {key: parent}}, each
+    at most `limit` keys, and how many keys differ in all (`count`)."""
+    diff = config_diff(parent or {}, child or {})
+    keep = lambda d: {k: v for k, v in d.items() if not _IDENTITY.search(k) and not k.startswith("trainer.tracker.")}  # noqa: E731
+    changed, added, removed = keep(diff["changed"]), keep(diff["only_b"]), keep(diff["only_a"])
+    cut = lambda d: dict(list(d.items())[:limit])  # noqa: E731
+    return {"changed": cut(changed), "added": cut(added), "removed": cut(removed),
+            "count": len(changed) + len(added) + len(removed)}
 
 
 def _same_value(x: Any, y: Any) -> bool:

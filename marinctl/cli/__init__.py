@@ -18,7 +18,7 @@ import typer
 
 from marinctl import __version__, paths
 from marinctl.cli.boundary import CommandGroup
-from marinctl.errors import MarinctlError
+from marinctl.errors import MarinctlError, is_interrupt
 
 app = typer.Typer(
     name="marinctl",
@@ -45,10 +45,17 @@ def _version(value: bool) -> None:
 def root(
     db: Annotated[Optional[Path], typer.Option("--db", help="DuckDB file (default: <home>/marinctl.duckdb).")] = None,
     home: Annotated[Optional[Path], typer.Option("--home", help="Data home (default: $MARINCTL_HOME, the checkout's cache/, or the user cache dir).")] = None,
+    store: Annotated[Optional[str], typer.Option("--store", metavar="URL", help=(
+        "A team's DuckLake instead of the embedded file (default: $MARINCTL_STORE): "
+        "ducklake:postgres:dbname=… host=… port=… user=…, or ducklake:PATH.ducklake."))] = None,
+    store_data: Annotated[Optional[str], typer.Option("--store-data", metavar="PATH", help=(
+        "Where the DuckLake's data is, a folder or s3://bucket/prefix/ (default: $MARINCTL_STORE_DATA, "
+        "else the one the lake recorded)."))] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:
     paths.set_overrides(home=home, db=db)
+    paths.set_store(store, store_data)
     _state["debug"] = debug
 
 
@@ -62,8 +69,9 @@ from marinctl.cli import repro as _repro  # noqa: E402
 from marinctl.cli import serve as _serve  # noqa: E402
 from marinctl.cli import alerts as _alerts  # noqa: E402
 from marinctl.cli import diff as _diff  # noqa: E402
+from marinctl.cli import store as _store  # noqa: E402
 
-for _module in (_sync, _runs, _events, _explain, _ladder, _watch, _repro, _serve, _alerts, _diff):
+for _module in (_sync, _runs, _events, _explain, _ladder, _watch, _repro, _serve, _alerts, _diff, _store):
     _module.register(app)
 
 
@@ -127,10 +135,10 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:
         if _state["debug"]:
             raise
-        if boundary.is_interrupt(exc):
+        if is_interrupt(exc):
             sys.stderr.write("marinctl: interrupted\n")
             sys.exit(130)
-        disk = boundary.disk_failure(exc, _db_path_or_none())
+        disk = boundary.disk_failure(exc, _db_path_or_none()) or boundary.store_failure(exc)
         if disk is not None:
             _fail(disk.message, disk.hint, disk.exit_code)
         _fail(f"internal error: {type(exc).__name__}: {exc}", "rerun with --debug and report it", 1, prefix="marinctl: ")

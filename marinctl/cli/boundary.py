@@ -137,11 +137,6 @@ def help_text(exc: X.UsageError) -> str:
     return exc.ctx.get_help()
 
 
-def is_interrupt(exc: BaseException) -> bool:
-    """Ctrl-C that arrived inside a DuckDB query (DuckDB raises its own error, not KeyboardInterrupt)."""
-    return type(exc).__name__ == "InterruptException" or str(exc).strip() == "Query interrupted"
-
-
 def disk_failure(exc: BaseException, db_path: str | None) -> RuntimeFailure | None:
     """A disk or permission failure below a command (OSError, or DuckDB's IO error), or a store
     file that is not one, as exit 1 naming the path; None for anything else."""
@@ -160,3 +155,26 @@ def disk_failure(exc: BaseException, db_path: str | None) -> RuntimeFailure | No
         return None
     return RuntimeFailure(f"cannot write {where}: {_DISK_ERRNOS[code]}",
                           "free some space or pick a writable folder: marinctl --home DIR … (or set MARINCTL_HOME)")
+
+
+def store_failure(exc: BaseException):
+    """A DuckLake's failure that escaped its store (the catalog server gone between statements) as
+    the store's own one line; None when no lake is in use or it is something else."""
+    from marinctl import paths
+    from marinctl.errors import MarinctlError
+
+    url = paths.store_url()
+    if not url:
+        return None
+    try:
+        from marinctl.store import lake_store
+
+        store = lake_store(url, paths.store_data())
+    except MarinctlError:
+        return None
+    if type(exc).__module__.split(".")[0] == "psycopg":
+        from marinctl.store.pglocks import _unreachable
+
+        return _unreachable(store.describe(), exc)
+    mapped = store.failure(exc)
+    return mapped if isinstance(mapped, MarinctlError) else None

@@ -65,6 +65,18 @@ def _store(ctx) -> Iterator[Any]:
     from marinctl.store import glance
 
     root = ctx.find_root().params
+    url = root.get("store") or paths.store_url()
+    if url and not root.get("db"):
+        from marinctl.store import lake_store
+
+        try:
+            lake = lake_store(url, root.get("store_data") or paths.store_data())
+        except Exception:                # a half-typed --store: no candidates
+            yield None
+            return
+        with lake.glance() as con:
+            yield con
+        return
     try:
         path = paths.locate(root.get("home"), root.get("db"))
     except Exception:                    # an unusable --home while typing: no candidates

@@ -1,11 +1,13 @@
-"""`explain step N` (why a step looks the way it does) and `anomalies` (stored detections, one
-row per incident — analysis/detect/incidents.py — or every detected step with `--detail`).
+"""`explain step N` (why a step looks the way it does), `explain --range A:B` (the first cause at
+every step of a span) and `anomalies` (stored detections, one row per incident —
+analysis/detect/incidents.py — or every detected step with `--detail`).
 
 The words come from render/explain.py, the same text watch's `e` panel shows.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Optional
 
 import typer
@@ -21,6 +23,7 @@ explain_app = typer.Typer(help="Explain what is unusual at a step: ranked findin
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
     app.add_typer(explain_app, name="explain")
+    explain_app.callback(invoke_without_command=True)(explain_range)
     # "-5" is a (bad) step, not an unknown option: let N see it and say what a step is.
     explain_app.command("step", context_settings={"ignore_unknown_options": True}, help=(
         "What is unusual at or near step N, ranked, with evidence, a cause class and a plain explanation. "
@@ -52,6 +55,68 @@ def step(
     from marinctl.render.explain import explain_text
 
     print(explain_text(doc), end="")
+
+
+_RANGE = re.compile(r"\s*(\d[\d_]*)\s*:\s*(\d[\d_]*)\s*")
+
+
+def explain_range(
+    ctx: typer.Context,
+    span: Annotated[Optional[str], typer.Option("--range", metavar="A:B", help=(
+        "Every step from A to B: the first finding's cause at each (JSON: [{step, cause_class, metric, severity}]).")
+    )] = None,
+    every: Annotated[int, typer.Option("--every", metavar="K", help="With --range: every K-th step.")] = 1,
+    run: Annotated[Optional[str], typer.Option("--run", metavar="RUN", help="With --range: hero (default), a run id, rung1..rung4.", autocompletion=complete.runs)] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="With --range: JSON output.")] = False,
+) -> None:
+    """Explain what is unusual at a step (`explain step N`), or at every step of a span (`--range A:B`)."""
+    from marinctl.errors import UserError
+
+    if ctx.invoked_subcommand is not None:
+        if span is not None or every != 1:
+            raise UserError("--range and --every go with `marinctl explain` alone, not with a step",
+                            "marinctl explain --range 1000:2000 --every 10")
+        return
+    if span is None:
+        raise UserError("`marinctl explain` needs a command: step N, or --range A:B", "marinctl explain step 500")
+    got = _RANGE.fullmatch(span)
+    if got is None:
+        raise UserError(f"--range takes two steps as A:B (e.g. 1000:2000), not {span!r}",
+                        "marinctl explain --range 1000:2000 --every 10")
+    first, last = int(got.group(1)), int(got.group(2))
+    if last < first:
+        raise UserError(f"--range {span} ends before it starts: A must not be after B",
+                        f"marinctl explain --range {last}:{first}")
+    if every < 1:
+        raise UserError(f"--every must be 1 or more, not {every}", f"marinctl explain --range {first}:{last} --every 10")
+    from marinctl.analysis.explain.explain import sweep
+    from marinctl.store import open_store
+    from marinctl.store.lineage import resolve_target
+
+    with open_store().connect() as con:
+        target = resolve_target(con, run)
+        rows = sweep(con, target, first, last, every)
+    if json_out:
+        output.print_json(rows)
+        return
+    more = f" --run {target.name}" if run else ""
+    output.print_table(["steps", "cause", "kind", "metric", "severity"],
+                       [(_steps(a["step"], b["step"]), a["cause_class"] or "—", (a["kind"] or "").replace("_", " "),
+                         a["metric"] or "", a["severity"] or "") for a, b in _spans(rows)])
+    print(f"\n{numbers.count(len(rows))} step{'s' if len(rows) != 1 else ''} from {numbers.count(first)} to {numbers.count(last)}"
+          + (f", every {numbers.count(every)}" if every > 1 else "") + f" · details at a step: marinctl explain step N{more}")
+
+
+def _spans(rows: list[dict]) -> list[tuple[dict, dict]]:
+    """Consecutive rows with the same answer as (first, last) of each stretch."""
+    out: list[tuple[dict, dict]] = []
+    key = lambda r: (r["cause_class"], r["kind"], r["metric"], r["severity"])  # noqa: E731
+    for r in rows:
+        if out and key(out[-1][0]) == key(r):
+            out[-1] = (out[-1][0], r)
+        else:
+            out.append((r, r))
+    return out
 
 
 def anomalies(

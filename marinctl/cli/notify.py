@@ -8,8 +8,9 @@ pass; it never ends the follow.
 
 from __future__ import annotations
 
+import re
 import sys
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from marinctl.cli import output
 
@@ -43,61 +44,80 @@ def _terminal(escape: str) -> bool:
     return True
 
 
-def rules_of(*, follow: bool):
-    """`<home>/alerts.toml` read when following (exit 2 naming what is wrong in it)."""
+def rules_of(*, follow: bool, preset: str | None = None):
+    """`<home>/alerts.toml` read when following, with `--preset`'s rules (exit 2 naming what is wrong)."""
+    from marinctl.errors import UserError
+
     if not follow:
+        if preset is not None:
+            raise UserError("--preset adds rules to what a follow raises: add --follow",
+                            "marinctl sync hero --follow --preset marin-hero")
         return None
     from marinctl import paths
     from marinctl.analysis.alerts.rules import load
 
-    return load(paths.home())
+    rules = load(paths.home())
+    return rules.with_preset(preset) if preset is not None else rules
 
 
-class Alerting:
-    """The follow's FollowAlerts (sync/alerts.py), saying new alerts and failed deliveries on stderr."""
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh])\s*$")
 
-    def __init__(self, store, sinks: Sequence, rules, *, quiet: bool):
-        from marinctl.sync.alerts import FollowAlerts
 
-        self.quiet = quiet
-        self._failing = False
-        self.alerts = FollowAlerts(store, rules, sinks, warn=self._warn, terminal=_terminal)
-        if sinks and not quiet:
-            output.info("alerts go to " + ", ".join(s.label for s in sinks))
+def digest_of(text: str | None, *, follow: bool) -> float | None:
+    """`--digest DURATION` (`30s`, `10m`, `1h`) in seconds (exit 2 on anything else, or without --follow)."""
+    from marinctl.errors import UserError
+    from marinctl.text import inert
 
-    def after_pass(self, uids: Iterable[str], *, detect: bool = False) -> list[dict[str, Any]]:
-        from marinctl.cli.boundary import is_interrupt
+    if text is None:
+        return None
+    hint = "marinctl sync hero --follow --digest 10m   (Ns, Nm or Nh)"
+    if not follow:
+        raise UserError("--digest is sent while following: add --follow", hint)
+    m = _DURATION.match(text)
+    seconds = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)] if m else 0.0
+    if not seconds > 0:
+        raise UserError(f"--digest takes a duration such as 30s, 10m or 1h, not {inert(text, single_line=True)[:30]!r}",
+                        hint)
+    return seconds
 
-        try:
-            new = self.alerts.after_pass(uids, detect=detect)
-        except Exception as exc:  # noqa: BLE001 — a busy store: the next pass tries again
-            if is_interrupt(exc):
-                raise
-            if not self._failing:
-                self._warn(f"alerts not checked this pass ({type(exc).__name__}: {exc}); trying again at the next")
-            self._failing = True
-            return []
-        self._failing = False
-        for a in new:
-            self._say(a)
-        return new
 
-    def close(self) -> None:
-        waiting = self.alerts.close()
-        if waiting and not self.quiet:
-            output.info(f"{waiting} alert deliveries not done; `marinctl alerts` lists them, and the next"
-                        " follower of these runs sends them")
+def follow_alerts(store, sinks: Sequence, rules, *, quiet: bool, digest_s: float | None = None):
+    """The follow's FollowAlerts (sync/follow_alerts.py), saying new alerts, digests and failed
+    passes or deliveries on stderr (nothing with `quiet`: --json)."""
+    from marinctl.sync.follow_alerts import FollowAlerts
 
-    def _say(self, alert: dict[str, Any]) -> None:
-        if self.quiet:
-            return
-        from marinctl.text import inert
+    alerts = FollowAlerts(store, rules, sinks, said=None if quiet else _say, problem=None if quiet else _warn,
+                          terminal=_terminal, digest_s=digest_s, told=None if quiet else _tell)
+    if sinks and not quiet:
+        output.info("alerts go to " + ", ".join(s.label for s in sinks))
+    return alerts
 
-        output.info(f"alert ({alert['severity']} · {alert['cause_class']}): {inert(alert['title'], single_line=True)}"
+
+def close(alerts, *, quiet: bool) -> None:
+    """Stop delivering (bounded); say how many deliveries the next follower will make."""
+    waiting = alerts.close()
+    if waiting and not quiet:
+        output.info(f"{waiting} alert deliveries not done; `marinctl alerts` lists them, and the next"
+                    " follower of these runs sends them")
+
+
+def _say(new: list[dict[str, Any]]) -> None:
+    from marinctl.analysis.alerts import priority
+    from marinctl.text import inert
+
+    for alert in new:
+        output.info(f"alert ({priority.of(alert)} · {alert['cause_class']}): {inert(alert['title'], single_line=True)}"
                     f" — {inert(alert['command'], single_line=True)}")
 
-    def _warn(self, message: str) -> None:
-        from marinctl.text import inert
 
-        if not self.quiet:
-            output.info(f"warning: {inert(message, single_line=True)}")
+def _tell(lines: list[str]) -> None:
+    from marinctl.text import inert
+
+    for line in lines:
+        output.info(f"digest: {inert(line, single_line=True)}")
+
+
+def _warn(message: str) -> None:
+    from marinctl.text import inert
+
+    output.info(f"warning: {inert(message, single_line=True)}")

@@ -67,9 +67,11 @@ def _target_args(ref: str) -> list[str]:
 
 def _show(ref: str) -> dict[str, Any] | None:
     """`marinctl show RUN --json` (the contract's shape), or None when no stored run matches."""
-    cmd = [sys.executable, "-m", "marinctl", "--home", str(paths.home()), "--db", str(paths.db_path()),
-           "show", ref, "--json"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    from marinctl.store import open_store
+
+    options, env = open_store().command_options()
+    cmd = [sys.executable, "-m", "marinctl", "--home", str(paths.home()), *options, "show", ref, "--json"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, **env})
     if done.returncode == 2:
         return None
     if done.returncode != 0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import re
 import shlex
 import socket
@@ -85,7 +86,10 @@ def _watch_command(target: str | None) -> tuple[str, str]:
                 name = resolve_target(con, None).name
             except UserError:
                 name = None                 # nothing stored yet: watch says so in the page
-    argv = [sys.executable, "-m", "marinctl", "--home", str(paths.home()), "--db", str(store.path), "watch",
+    options, env = store.command_options()
+    # a lake's URL reaches the tabs through the environment they inherit, never a command line
+    os.environ.update(env)
+    argv = [sys.executable, "-m", "marinctl", "--home", str(paths.home()), *options, "watch",
             *([target] if target is not None else [])]
     # exec: the tab's process is watch itself, so ending it ends the app, not a shell around it
     return "exec " + " ".join(shlex.quote(a) for a in argv), "marinctl watch" + (f" {name}" if name else "")

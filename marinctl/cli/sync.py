@@ -30,7 +30,14 @@ def sync(
     json_out: Annotated[bool, typer.Option("--json", help="Print the contract's JSON summary.")] = False,
     notify: Annotated[Optional[list[str]], typer.Option(
         "--notify", metavar="SINK", help="With --follow: send each new alert to SINK — desktop, webhook=URL, slack=URL, "
-        "discord=URL or exec=COMMAND (JSON on stdin); repeatable. Rules: <home>/alerts.toml.")] = None,
+        "discord=URL, exec=COMMAND (JSON on stdin), pushover=USER_KEY or ntfy=URL; KIND@LEVEL takes that priority "
+        "and up (slack@high=URL); repeatable. Rules: <home>/alerts.toml.")] = None,
+    preset: Annotated[Optional[str], typer.Option("--preset", metavar="NAME", help=(
+        "With --follow: add a shipped preset's rules (marin-hero: Marin's hero-monitor thresholds; "
+        "`marinctl alerts --preset marin-hero --show` prints them)."))] = None,
+    digest: Annotated[Optional[str], typer.Option("--digest", metavar="DURATION", help=(
+        "With --follow: every DURATION (30s, 10m, 1h) one low-priority line per followed run — step, steps/s, ETA, "
+        "loss against its trend, alerts since the last — on stderr and to the sinks; says when a run went silent."))] = None,
     where: Annotated[Optional[str], typer.Option("--where", metavar="EXPR", help=(
         "With ENTITY/PROJECT: fetch only the runs matching EXPR (as `runs --where`: cfg.KEY>=X, group~REGEX, "
         "state:running, tag:T, name~REGEX; -term negates)."))] = None,
@@ -44,9 +51,10 @@ def sync(
         raise UserError(f"--interval must be a positive number of seconds, not {interval:g}",
                         "marinctl sync TARGET --follow --interval 30")
     targets = targets or ["marin"]
-    from marinctl.cli.notify import rules_of, sinks_of
+    from marinctl.cli.notify import digest_of, rules_of, sinks_of
 
-    sinks, rules = sinks_of(notify, follow=follow), rules_of(follow=follow)
+    sinks, rules = sinks_of(notify, follow=follow), rules_of(follow=follow, preset=preset)
+    digest_s = digest_of(digest, follow=follow)
     select = None
     if where is not None:
         from marinctl.run_query import parse
@@ -73,9 +81,9 @@ def sync(
                                                          f" every {interval:g} s") + "; Ctrl-C stops")
     alerting = None
     if follow:
-        from marinctl.cli.notify import Alerting
+        from marinctl.cli.notify import follow_alerts
 
-        alerting = Alerting(store, sinks, rules, quiet=json_out)
+        alerting = follow_alerts(store, sinks, rules, quiet=json_out, digest_s=digest_s)
     try:
         if follow and all(p.kind == "local" for p in plans):
             _follow_local(store, plans, json_out=json_out, alerting=alerting)
@@ -84,20 +92,22 @@ def sync(
               select=select, detect=detect)
     finally:
         if alerting is not None:
-            alerting.close()
+            from marinctl.cli.notify import close
+
+            close(alerting, quiet=json_out)
 
 
 def _poll(store, targets, plans, *, follow: bool, interval: float, json_out: bool, alerting, select=None,
           detect: bool = False) -> None:
     """One sync, or with --follow one every `interval` seconds until Ctrl-C (each followed by an alert pass)."""
-    from marinctl.cli.boundary import is_interrupt
+    from marinctl.errors import is_interrupt
     from marinctl.sources import http
     from marinctl.store.synclock import acquire_all
     from marinctl.sync import lock_key, sync_targets
 
     progress = _Progress(enabled=not json_out and sys.stderr.isatty())
     total = {"runs": [], "events_added": 0, "timing": {"total_s": 0.0, "wandb_http_s": 0.0}}
-    with acquire_all(store.path, [lock_key(p) for p in plans], owner="sync"), http.notices(_note, connecting=not json_out):
+    with acquire_all(store, [lock_key(p) for p in plans], owner="sync"), http.notices(_note, connecting=not json_out):
         while True:
             try:
                 report = sync_targets(store, targets, progress=progress, warn=_warn, following=follow,
@@ -172,19 +182,18 @@ def _warn(message: str) -> None:
 
 def _follow_local(store, plans, *, json_out: bool, alerting=None) -> None:
     """Tail local runs record by record (sync.local.follow) until Ctrl-C; when one is due
-    (sync/alerts.py `LocalChanges`), the runs that changed are scored and an alert pass runs."""
+    (sync/follow_alerts.py `local_pass`), the runs that changed are scored and an alert pass runs."""
     import threading
 
     from marinctl.store.synclock import acquire_all
     from marinctl.sync import lock_key
-    from marinctl.sync.alerts import LocalChanges
     from marinctl.sync.local import follow
 
     stop = threading.Event()
-    changes = LocalChanges()
 
     def on_update(results: list[dict]) -> None:
-        changes.add(results)
+        if alerting is not None:
+            alerting.changed(results)
         if json_out:
             output.print_json({"runs": results, "events_added": 0})
         else:
@@ -194,14 +203,14 @@ def _follow_local(store, plans, *, json_out: bool, alerting=None) -> None:
                                 kwargs={"stop": stop, "on_update": on_update, "interval": 1.0, "warn": _warn},
                                 daemon=True)
                for p in plans]
-    with acquire_all(store.path, [lock_key(p) for p in plans], owner="sync --follow"):
+    with acquire_all(store, [lock_key(p) for p in plans], owner="sync --follow"):
         for t in threads:
             t.start()
         try:
             while any(t.is_alive() for t in threads):
                 time.sleep(0.2)
-                if alerting is not None and changes.due():
-                    alerting.after_pass(changes.take(store), detect=True)
+                if alerting is not None:
+                    alerting.local_pass()
         except KeyboardInterrupt:
             pass
         finally:

@@ -110,6 +110,8 @@ def plot(
         markers = chart_data.markers_for(con, target, int(lo), int(hi))
         panel = chart_data.load_panel(con, target, key, int(lo), int(hi), buckets=max(50, 2 * cols),
                                       smoothing=smoothing, axis=axis, markers=markers)
+        if target.name == "hero":        # the hero's eval chart carries the ladder's band, as in watch
+            panel.band = chart_data.predicted_band(con, key, axis, every_key=False)
     title = f"{key} — {target.name}" + (f" ({target.leaf['run_id']})" if target.stitched else "")
     text = chart_text(panel, width=cols, height=rows, logy=log_y, axis=axis, title=inert(title, single_line=True),
                       color=tty)

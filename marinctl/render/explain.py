@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from marinctl import numbers as N
 from marinctl.views.chart_data import Marker
-from marinctl.analysis.explain.explanations import rise
+from marinctl.analysis.explain.explanations import config_changes, rise, under_way_line
 from marinctl.text import inert
 
 
@@ -53,9 +53,21 @@ def explain_text(doc: dict[str, Any]) -> str:
 
 
 def _finding_lines(i: int, f: dict[str, Any]) -> list[str]:
+    severity = f" · {f['severity']}" if f.get("severity") else ""
     lines = [f"{i}. {_t(f['metric'])} · {f['kind'].replace('_', ' ')} at step {N.count(f['step'])}"
-             f"   [{f['cause_class']} · confidence {N.fixed(f['confidence'], 2)}]"]
+             f"   [{f['cause_class']}{severity} · confidence {N.fixed(f['confidence'], 2)}]"]
     ev = f["evidence"]
+    if f.get("under_way"):
+        lines += _wrap(f"{_t(under_way_line(f))}: context, not what changed here"
+                       + ("; still under way at the last logged step" if f.get("open") else ""))
+    elif f.get("open") and isinstance(f.get("start"), int):
+        lines.append(f"   since step {N.count(f['start'])}, still under way at the last logged step")
+    bar = ev.get("alert_bar")
+    if isinstance(bar, dict) and bar.get("reached") is False:
+        short = f" (short of its {' and '.join(bar.get('short_of') or [])})" if bar.get("short_of") else ""
+        lines += _wrap(f"below the alert's bar: {_t(bar.get('source'))} — {_t(bar.get('what'))}{short}")
+    if f["kind"] == "fork" and config_changes(ev):
+        lines += _wrap(f"config changed at the fork: {_t(config_changes(ev, limit=6))}")
     if "value" in ev and "baseline" in ev:
         z = ev.get("z")
         lines.append(f"   value {N.measured(ev['value'])} vs baseline {N.measured(ev['baseline'])}"
@@ -74,15 +86,18 @@ def _finding_lines(i: int, f: dict[str, Any]) -> list[str]:
         if ev.get("by_layer"):
             lines.append("   by layer:  " + " · ".join(f"{_t(r['label'])} {N.percent(r['share'], signed=True)}"
                                                       for r in ev["by_layer"][:5]))
-    if f["kind"] in ("sustained_rise", "throughput_collapse") and ev.get("steps"):
+    slow = f["kind"] in ("throughput_collapse", "throughput_dip")
+    if (f["kind"] == "sustained_rise" or slow) and ev.get("steps"):
         lines.append(f"   steps {N.count(ev.get('start'))}–{N.count(ev.get('end'))} ({N.count(ev['steps'])} steps)"
                      + (f": {N.percent(ev.get('ratio'), 0)} of baseline {N.measured(ev.get('baseline_median'))}"
-                        if f["kind"] == "throughput_collapse" else ""))
-    if f["kind"] == "resume_mismatch":
-        lines.append(f"   vs {_t(ev.get('fork_parent'))} over steps {N.count(ev.get('start'))}–{N.count(ev.get('end'))}"
-                     f" ({_t(ev.get('phase'))}): median Δ {N.sig(ev.get('median_diff'), 3)}"
-                     f" ({N.percent(ev.get('median_rel_diff'), 2, signed=True)}); {N.count(ev.get('rows_over'))} of"
-                     f" {N.count(ev.get('rows'))} steps past the bar")
+                        if slow else ""))
+    if f["kind"] in ("resume_mismatch", "resume_offset"):
+        lines.append(f"   vs {_t(ev.get('fork_parent'))} over steps {N.count(ev.get('start'))}–"
+                     f"{N.count(ev.get('decided_to', ev.get('end')))} ({_t(ev.get('phase'))}): median Δ"
+                     f" {N.sig(ev.get('median_diff'), 3)} ({N.percent(ev.get('median_rel_diff'), 2, signed=True)});"
+                     f" {N.count(ev.get('rows_over'))} of {N.count(ev.get('rows'))} steps past the bar"
+                     + (f"; the gap held to step {N.count(ev['end'])}" if isinstance(ev.get("decided_to"), int)
+                        and isinstance(ev.get("end"), int) and ev["end"] > ev["decided_to"] else ""))
     if f["kind"] == "adam_drift":
         lines.append(f"   window steps {N.count(ev.get('start'))}–{N.count(ev.get('end'))}:"
                      f" {N.percent(ev.get('rise'), 1, signed=True)} (Mann–Kendall p {N.sig(ev.get('p'), 2)});"
@@ -123,7 +138,7 @@ def _context_lines(c: dict[str, Any]) -> list[str]:
         nxt = f"; next switch at step {N.count(dp['next_switch'])}" if dp.get("next_switch") else ""
         lines.append(f"  data mix     phase {dp['number']} ({_t(dp['name'])}) since step {N.count(dp['start_step'])}{nxt}")
     if c.get("evals"):
-        lines.append("  evals        at steps " + ", ".join(N.count(s) for s in c["evals"][:6]))
+        lines.append("  evals        at steps " + ", ".join(N.count(s) for s in c["evals"]))
     if c.get("checkpoints"):
         lines.append("  checkpoints  at steps " + ", ".join(N.count(s) for s in c["checkpoints"][:6]))
     for p in c.get("schedule", []):

@@ -20,12 +20,12 @@ def where(url: str) -> str:
     return f"{host}:{parts.port}" if parts.port else host
 
 
-def post_json(url: str, body: bytes, *, timeout: float) -> str | None:
-    """POST `body` (JSON) to `url`; None when the server accepted it (2xx), else why not, in words
-    that name neither the URL's path nor its query."""
+def post_json(url: str, body: bytes, *, timeout: float, headers: dict[str, str] | None = None) -> str | None:
+    """POST `body` (JSON) to `url` (with `headers` besides the JSON ones); None when the server
+    accepted it (2xx), else why not, in words that name neither the URL's path nor its query."""
     import httpx
 
-    headers = {"Content-Type": "application/json", "User-Agent": f"marinctl/{__version__}"}
+    headers = {"Content-Type": "application/json", "User-Agent": f"marinctl/{__version__}", **(headers or {})}
     try:
         with httpx.Client(timeout=httpx.Timeout(timeout), follow_redirects=False) as client:
             with client.stream("POST", url, content=body, headers=headers) as reply:

@@ -5,6 +5,12 @@ marinctl never holds the file open for long: every reader and writer goes throug
 `Store.connect()`, which opens, does its work, and closes — retrying for a few seconds
 while another process (a `watch` syncing, a `sync` in another terminal) holds the lock.
 That is what lets `marinctl explain` run in one terminal while `watch` syncs in another.
+
+A team's mirror is a DuckLake instead (`--store`, store/lake.py): `LakeStore` answers the same
+interface — `connect`, `transaction`, `held`, `ensure_schema`, and what the layers above ask of
+a store without naming a file (`describe`, `exists`, `stamp`, `parts_root`, `settings_key`,
+`command_options`, the sync locks in store/synclock.py) — so nothing above the store knows which
+it has. `open_store()` picks one from the command line's options.
 """
 
 from __future__ import annotations
@@ -26,6 +32,11 @@ __all__ = ["Connection", "Store", "open_store", "first", "glance"]
 Connection = duckdb.DuckDBPyConnection
 
 _LOCK_WORDS = ("lock", "Conflicting", "being used")
+# New files are written in a storage format DuckDB 1.4 and later read: a file the default install
+# (a newer DuckDB) makes stays readable by the DuckDB `marinctl[team]` pins, so a laptop's mirror
+# can be copied into a team's lake
+COMPATIBLE = "v1.4.0"
+_NEWER = ("newer version", "storage version", "not supported by this version")
 
 
 def first(cursor) -> tuple | None:
@@ -42,17 +53,125 @@ def _is_lock_error(exc: Exception) -> bool:
 
 
 class Store:
+    """The embedded store: one DuckDB file."""
+
+    kind = "embedded"
+
     def __init__(self, path: Path | str, *, lock_timeout: float = 15.0):
         self.path = Path(path)
         self.lock_timeout = lock_timeout
         self._migrated = False
         self._mutex = threading.Lock()
 
+    # -- what the layers above ask of any store --------------------------------------------
+    def __repr__(self) -> str:
+        return f"<Store {self.path}>"
+
+    def describe(self) -> str:
+        """The store as messages name it."""
+        return str(self.path)
+
+    @property
+    def settings_key(self) -> str:
+        """What watch's remembered layout is filed under: the file's real path."""
+        return str(self.path.resolve())
+
+    def command_options(self) -> tuple[list[str], dict[str, str]]:
+        """(global options, environment) a child `marinctl` process needs to open this store."""
+        return ["--db", str(self.path)], {}
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def parts_root(self) -> Path:
+        """The folder W&B's exported parts are kept in: `marinctl.duckdb` → `marinctl.history/`."""
+        return self.path.with_name(self.path.stem + ".history")
+
+    def staging(self, home: Path) -> Path:
+        """Where downloaded parts land before they are registered (the parts folder itself)."""
+        return self.parts_root()
+
+    def stamp(self) -> tuple:
+        """A cheap data version, read without opening the file: the sizes and mtimes of the file and
+        its WAL (any write moves one)."""
+        out = []
+        for p in (self.path, Path(f"{self.path}.wal")):
+            try:
+                st = p.stat()
+                out.append((st.st_size, st.st_mtime_ns))
+            except OSError:
+                out.append(None)
+        return tuple(out)
+
+    @contextmanager
+    def read_only(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection of its own that DuckDB refuses every write on: what `marinctl sql` runs a
+        user's text on."""
+        from marinctl.errors import RuntimeFailure
+
+        self.ensure_schema()
+        try:
+            con = duckdb.connect(str(self.path), read_only=True)
+        except duckdb.Error as exc:
+            raise RuntimeFailure(f"cannot open the store read-only: {exc}", "retry in a moment") from None
+        try:
+            con.execute("SET enable_progress_bar = false")
+            yield con
+        finally:
+            con.close()
+
+    @contextmanager
+    def copying(self) -> Iterator[tuple[duckdb.DuckDBPyConnection, object]]:
+        """A copy's destination: a connection of its own and `unit()`, one transaction each."""
+        self.ensure_schema()
+        con = self._open(read_only=False)
+        con.execute("SET enable_progress_bar = false")
+
+        @contextmanager
+        def unit() -> Iterator[None]:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                yield
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+
+        try:
+            yield con, unit
+        finally:
+            con.close()
+
+    def attach_as(self, con: duckdb.DuckDBPyConnection, alias: str) -> None:
+        """Attach this file read-only on `con` as `alias` (a copy's source)."""
+        from marinctl.errors import RuntimeFailure
+
+        path = str(self.path).replace("'", "''")
+        try:
+            con.execute(f"ATTACH '{path}' AS {alias} (READ_ONLY)")
+        except duckdb.Error as exc:
+            if any(w in str(exc) for w in _NEWER):
+                raise newer_file(self.path, exc) from None
+            if _is_lock_error(exc):
+                raise StoreLocked(f"the store {self.path} is locked by another marinctl process",
+                                  "wait for it to finish, or stop the `marinctl watch`/`sync` that holds it") from None
+            raise RuntimeFailure(f"cannot read {self.path} as a marinctl store: {str(exc).splitlines()[0]}",
+                                 "point store copy at a marinctl store file") from None
+
     # -- connections -------------------------------------------------------------------
+    def _create(self) -> None:
+        """Make the file in the storage format every supported DuckDB reads (COMPATIBLE)."""
+        try:
+            duckdb.connect(str(self.path), config={"storage_compatibility_version": COMPATIBLE}).close()
+        except duckdb.Error:
+            pass     # another process made it meanwhile, or a DuckDB without that setting: opened as it is
+
     def _open(self, read_only: bool, lock_timeout: float | None = None) -> duckdb.DuckDBPyConnection:
         deadline = time.monotonic() + (self.lock_timeout if lock_timeout is None else lock_timeout)
         delay = 0.02
         set_aside = False
+        if not read_only and not self.path.exists():
+            self._create()
         while True:
             try:
                 return duckdb.connect(str(self.path), read_only=read_only)
@@ -75,13 +194,14 @@ class Store:
                 else:
                     last = exc
             except duckdb.IOException as exc:
+                if any(w in str(exc) for w in _NEWER):
+                    raise newer_file(self.path, exc) from None
                 if not _is_lock_error(exc):
                     raise
                 last = exc
             except duckdb.BinderException as exc:
-                # duckdb 1.5: a connect while another thread of this process closes the file's last
-                # connection meets the instance on its way out ("Unique file handle conflict"); it is
-                # gone a moment later
+                # Another thread of this process is closing the file's last connection (its database
+                # instance is being torn down) while this one opens it: open again in a moment.
                 if "file handle conflict" not in str(exc):
                     raise
                 last = exc
@@ -199,6 +319,17 @@ class Store:
             yield
 
 
+def newer_file(path: Path, exc: Exception):
+    """The one line for a file a newer DuckDB wrote in its own format, which this one cannot read."""
+    from marinctl.errors import RuntimeFailure
+
+    version = getattr(duckdb, "__version__", "?")
+    return RuntimeFailure(
+        f"the store {path} was written by a newer DuckDB than this install's {version}",
+        f"with the default install (pip install marinctl), copy it into a file both read:"
+        f" marinctl store copy {path} {path.with_name(path.stem + '-compatible.duckdb')}")
+
+
 def _holder(exc: Exception) -> str:
     msg = str(exc)
     if "PID" in msg:
@@ -231,7 +362,27 @@ def glance(path: Path | str) -> Iterator[duckdb.DuckDBPyConnection | None]:
         con.close()
 
 
-def open_store(path: Path | str | None = None) -> Store:
+_LAKES: dict[tuple[str, str | None], object] = {}
+
+
+def open_store(path: Path | str | None = None):
+    """The store this command works on: the DuckLake `--store`/`$MARINCTL_STORE` names (one
+    `LakeStore` per lake in a process), else the embedded file (`path`, else the home's)."""
     from marinctl import paths
 
+    if path is None and (url := paths.store_url()):
+        return lake_store(url, paths.store_data())
     return Store(path or paths.db_path())
+
+
+def lake_store(url: str, data: str | None = None):
+    """The `LakeStore` of a DuckLake URL (and data path), made once per process."""
+    from marinctl.store import location
+    from marinctl.store.lake import LakeStore
+
+    lake = location.parse(url, data)
+    key = (lake.url, lake.data)
+    found = _LAKES.get(key)
+    if found is None:
+        found = _LAKES[key] = LakeStore(lake)
+    return found

@@ -47,6 +47,13 @@ def insert(con: Connection, found: Sequence[Anomaly]) -> None:
         con.executemany(_INSERT, [_row(a) for a in found])
 
 
+def remove(con: Connection, gone: Sequence[Anomaly]) -> None:
+    """Delete the stored detections at each one's run, step, metric and kind (replaced by another kind)."""
+    for a in gone:
+        con.execute("DELETE FROM anomalies WHERE run_pk = ? AND step = ? AND metric = ? AND kind = ?",
+                    [a.run_pk, a.step, a.metric, a.kind])
+
+
 def restore(con: Connection, found: Sequence[Anomaly]) -> None:
     """Store each detection in place of the one a run holds at the same step, metric and kind
     (a window finding that grew since an earlier pass stored it)."""

@@ -56,8 +56,9 @@ def upsert(con: Connection, ev: Event) -> bool:
 def put_run_note(con: Connection, ev: Event) -> None:
     """An event the sync itself noted about a run, placed on its run and step (a resumed
     segment, a rewind); written again with the same id it is replaced, never doubled."""
+    con.execute("DELETE FROM events WHERE event_id = ?", [ev.event_id])
     con.execute(
-        "INSERT OR REPLACE INTO events (event_id, source, kind, time, title, author, url, body, run_uid, step, fields)"
+        "INSERT INTO events (event_id, source, kind, time, title, author, url, body, run_uid, step, fields)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [ev.event_id, ev.source, ev.kind, ev.time, ev.title, ev.author, ev.url, ev.body, ev.run_uid, ev.step,
          json.dumps(ev.fields)])
@@ -94,8 +95,9 @@ def write_console(con: Connection, uid: str, lines: Sequence[Event]) -> None:
     })
     engine.register(con, "_ev", tbl)
     try:
+        con.execute("DELETE FROM events WHERE event_id IN (SELECT event_id FROM _ev)")
         con.execute(
-            "INSERT OR REPLACE INTO events (event_id, source, kind, time, title, author, url, body, run_uid,"
+            "INSERT INTO events (event_id, source, kind, time, title, author, url, body, run_uid,"
             " step, fields) SELECT event_id, 'local', 'console', time, title, NULL, NULL, body, ?, step,"
             " CAST(fields AS JSON) FROM _ev", [uid])
     finally:

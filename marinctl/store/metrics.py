@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from marinctl.store import engine
+from marinctl.store import dialect, engine
 from marinctl.store import parts, scan
 from marinctl.store.engine import duckdb
 
@@ -38,10 +38,7 @@ def batch_schema() -> pa.Schema:
 
 
 def ensure_keys(con: duckdb.DuckDBPyConnection, batch_name: str = "_batch") -> None:
-    con.execute(
-        f"INSERT INTO metric_keys (key) SELECT DISTINCT b.key FROM {batch_name} b"
-        " WHERE b.key NOT IN (SELECT key FROM metric_keys)"
-    )
+    dialect.intern(con, "metric_keys", f"SELECT b.key FROM {batch_name} b")
 
 
 def replace_range(
@@ -138,8 +135,7 @@ def _interned(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> dict[str, np.n
         keys = keys.cast(pa.string())
     enc = keys.dictionary_encode()
     names = enc.dictionary.to_pylist()
-    con.execute("INSERT INTO metric_keys (key) SELECT k FROM unnest(?::VARCHAR[]) t(k)"
-                " WHERE k NOT IN (SELECT key FROM metric_keys)", [names])
+    dialect.intern(con, "metric_keys", "SELECT k FROM unnest(?::VARCHAR[]) t(k)", [names])
     ids = dict(con.execute("SELECT key, key_id FROM metric_keys WHERE key IN (SELECT unnest(?::VARCHAR[]))",
                            [names]).fetchall())
     columns = {"key_id": np.array([ids[n] for n in names], np.int32)[enc.indices.to_numpy(zero_copy_only=False)],

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from marinctl.store import engine
+from marinctl.store import dialect, engine
 from marinctl.store import Connection, first
 from marinctl.store.part_files import Footer, forget, open_part, read_footer
 
@@ -50,8 +50,12 @@ def root_for(db_path: Path) -> Path:
     return db_path.with_name(db_path.stem + ".history")
 
 
-def root_of(con: Connection) -> Path:
-    """The parts folder of the store this connection has open."""
+def root_of(con: Connection) -> Path | None:
+    """The parts folder of the store this connection has open (None: a lake on S3, which keeps
+    no part files; their rows go to the long table)."""
+    if dialect.is_lake(con):
+        root = first(con.execute("SELECT getvariable('marinctl_parts_root')"))[0]
+        return Path(root) if root else None
     path = first(con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()"))[0]
     return root_for(Path(path))
 
@@ -180,13 +184,41 @@ def register(con: Connection, run_pk: int, path: Path, part: Facts) -> int:
     Long rows and parts already in the range are cut out first. Call inside a transaction
     together with the watermark update.
     """
+    root = root_of(con)
+    if root is None:
+        return _as_long_rows(con, run_pk, Path(path), part)
     con.execute("DELETE FROM metrics WHERE run_pk = ? AND step >= ? AND step < ?", [run_pk, part.lo, part.hi])
     cut(con, run_pk, part.lo, part.hi)
-    return _insert(con, run_pk, str(Path(path).relative_to(root_of(con))), part)
+    return _insert(con, run_pk, str(Path(path).relative_to(root)), part)
+
+
+def _as_long_rows(con: Connection, run_pk: int, path: Path, part: Facts) -> int:
+    """A store that keeps no part files (a lake on S3): the part's values over [lo, hi) written as
+    long rows, the downloaded file removed. Returns 0 (no part is registered)."""
+    import pyarrow as pa
+
+    from marinctl.store import metrics
+
+    pf = open_part(path)
+    steps_out, keys_out, values_out = [], [], []
+    for steps, keep, cols in pf.chunks(sorted(pf.keys), part.lo, part.hi):
+        for key, vals, valid in cols:
+            m = valid & keep
+            if m.any():
+                steps_out.append(steps[m])
+                values_out.append(vals[m])
+                keys_out.append(np.full(int(m.sum()), key, dtype=object))
+    batch = pa.table({"step": pa.array(np.concatenate(steps_out) if steps_out else [], pa.int64()),
+                      "key": pa.array(np.concatenate(keys_out) if keys_out else [], pa.string()),
+                      "value": pa.array(np.concatenate(values_out) if values_out else [], pa.float64())})
+    metrics.replace_range(con, run_pk, batch, part.lo, part.hi)
+    forget(path)
+    path.unlink(missing_ok=True)
+    return 0
 
 
 def _insert(con: Connection, run_pk: int, rel: str, part: Facts) -> int:
-    pid = first(con.execute("SELECT nextval('part_id_seq')"))[0]
+    pid = dialect.new_id(con, "history_parts", "part_id")
     con.execute("INSERT INTO history_parts (part_id, run_pk, file, lo, hi, file_lo, file_hi, first_step, last_step,"
                 " num_rows, bytes, sorted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [pid, run_pk, rel, part.lo, part.hi, part.file_lo, part.file_hi, part.first_step, part.last_step,
@@ -194,8 +226,7 @@ def _insert(con: Connection, run_pk: int, rel: str, part: Facts) -> int:
     engine.register(con, "_part_keys", part.keys)
     engine.register(con, "_part_nonfinite", part.nonfinite)
     try:
-        con.execute("INSERT INTO metric_keys (key) SELECT key FROM _part_keys"
-                    " WHERE key NOT IN (SELECT key FROM metric_keys)")
+        dialect.intern(con, "metric_keys", "SELECT key FROM _part_keys")
         con.execute(f"INSERT INTO part_keys SELECT {pid}, k.key_id, {', '.join('p.' + c for c in _KEY_FACTS)}"
                     " FROM _part_keys p JOIN metric_keys k USING (key)")
         con.execute(f"INSERT INTO part_nonfinite SELECT {pid}, k.key_id, p.step, p.value"
@@ -239,6 +270,8 @@ def collect_garbage(con: Connection, uid: str) -> int:
     """Delete the run's files no part names (a kill between download and commit, parts a rewind
     dropped, `.part` leftovers). Call under the run's sync lock. Returns files deleted."""
     root = root_of(con)
+    if root is None:
+        return 0
     folder = run_folder(root, uid)
     if not folder.is_dir():
         return 0
@@ -255,6 +288,8 @@ def collect_garbage(con: Connection, uid: str) -> int:
 def lost_from(con: Connection, run_pk: int) -> int | None:
     """The first step of a registered part whose file is gone or shorter than registered (None: all there)."""
     root = root_of(con)
+    if root is None:
+        return None
     lost = []
     for rel, lo, size in con.execute("SELECT file, lo, bytes FROM history_parts WHERE run_pk = ?", [run_pk]).fetchall():
         try:

@@ -11,8 +11,9 @@ from marinctl.store import Connection, first
 
 def save(con: Connection, repo: str, path: str, sha: str | None, content: str, url: str | None) -> None:
     """Store (or replace) one file's text as of the default branch."""
+    con.execute("DELETE FROM repo_files WHERE repo = ? AND path = ?", [repo, path])
     con.execute(
-        "INSERT OR REPLACE INTO repo_files (repo, path, ref, sha, content, url, fetched_at)"
+        "INSERT INTO repo_files (repo, path, ref, sha, content, url, fetched_at)"
         " VALUES (?, ?, NULL, ?, ?, ?, current_timestamp)",
         [repo, path, sha, content, url],
     )

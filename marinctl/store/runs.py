@@ -12,7 +12,7 @@ from typing import Any
 
 from marinctl.domain import RunInfo
 from marinctl.errors import AmbiguousRun, UnknownRun
-from marinctl.store import Connection, first
+from marinctl.store import Connection, dialect, first
 
 RUN_COLUMNS = (
     "run_pk, uid, source, entity, project, run_id, name, run_group, job_type, tags, state, "
@@ -37,14 +37,15 @@ def upsert_run(con: Connection, run: RunInfo) -> int:
         run.updated_at, run.listing_digest,
     ]
     if row is None:
+        run_pk = dialect.new_id(con, "runs", "run_pk")
         con.execute(
-            "INSERT INTO runs (uid, source, entity, project, run_id, name, run_group, job_type, tags,"
+            "INSERT INTO runs (run_pk, uid, source, entity, project, run_id, name, run_group, job_type, tags,"
             " state, created_at, heartbeat_at, config, summary, fork_parent, fork_step,"
             " remote_last_step, history_line_count, path, url, environment, updated_at, listing_digest, synced_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, current_timestamp)",
-            [run.uid, *values],
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, current_timestamp)",
+            [run_pk, run.uid, *values],
         )
-        return con.execute("SELECT run_pk FROM runs WHERE uid = ?", [run.uid]).fetchall()[0][0]
+        return run_pk
     con.execute(
         "UPDATE runs SET source=?, entity=?, project=?, run_id=?, name=?, run_group=?, job_type=?,"
         " tags=?, state=?, created_at=?, heartbeat_at=?, config=?, summary=?, fork_parent=?,"
@@ -325,8 +326,10 @@ def upsert_runs(con: Connection, infos: list[RunInfo]) -> dict[str, int]:
                 " updated_at = n.updated_at, listing_digest = n.listing_digest, synced_at = current_timestamp"
                 " FROM _listed n WHERE runs.uid = n.uid")
         if len(known) < len(infos):
-            con.execute(f"INSERT INTO runs (uid, {columns}, synced_at) SELECT uid, {columns}, current_timestamp"
-                        " FROM _listed WHERE uid NOT IN (SELECT uid FROM runs)")
+            pk = ("(SELECT coalesce(max(run_pk), 0) FROM runs) + row_number() OVER (ORDER BY uid)"
+                  if dialect.is_lake(con) else "nextval('run_pk_seq')")
+            con.execute(f"INSERT INTO runs (run_pk, uid, {columns}, synced_at) SELECT {pk}, uid, {columns},"
+                        " current_timestamp FROM _listed WHERE uid NOT IN (SELECT uid FROM runs)")
     finally:
         con.unregister("_listed")
     rows = con.execute("SELECT uid, run_pk FROM runs WHERE uid IN (SELECT unnest(?::VARCHAR[]))",

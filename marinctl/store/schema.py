@@ -3,6 +3,11 @@
 Each migration is a numbered file in `store/migrations/` (`0001_core.sql`, `0002_…`);
 `migrate()` applies the ones a database has not seen, together in one transaction, and records
 each in `schema_migrations`. Never edit an applied migration: add the next number.
+
+A DuckLake catalog has no sequences, primary keys or UNIQUE constraints, which 0001–0007 use:
+a new lake starts from `lake_0007.sql` (the same tables without them) and is recorded as having
+applied 0001–0007. Every later migration is plain `CREATE TABLE` / `ALTER TABLE … ADD COLUMN` and
+applies to both kinds of store as it is; one that is not is refused on a lake by name.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from pathlib import Path
 from marinctl.store.engine import duckdb
 
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+LAKE_BASE = 7          # the migrations `lake_0007.sql` stands for on a DuckLake
+# what a DuckLake catalog refuses (a migration past LAKE_BASE must hold none of it)
+_NOT_ON_LAKE = re.compile(r"\b(CREATE\s+SEQUENCE|PRIMARY\s+KEY|UNIQUE|nextval|REFERENCES|CHECK\s*\()", re.I)
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -44,11 +52,21 @@ def tables() -> list[str]:
         made += [t for t in _CREATED.findall(sql) if t not in made]
         made = [t for t in made if t not in _DROPPED.findall(sql)]
     return made + ["schema_migrations"]
+def lake_baseline() -> str:
+    return resources.files("marinctl.store.migrations").joinpath(f"lake_{LAKE_BASE:04d}.sql").read_text()
+
+
+def lake_problem(sql: str) -> str | None:
+    """What in a migration a DuckLake catalog would refuse (None: nothing)."""
+    body = "\n".join(line.split("--", 1)[0] for line in sql.splitlines())
+    m = _NOT_ON_LAKE.search(body)
+    return m.group(1) if m else None
 
 
 def current_version(con: duckdb.DuckDBPyConnection) -> int:
     exists = con.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
+        " AND table_catalog = current_database()"
     ).fetchall()[0][0]
     if not exists:
         return 0
@@ -59,16 +77,20 @@ def latest_version() -> int:
     return migrations()[-1][0]
 
 
-def migrate(con: duckdb.DuckDBPyConnection) -> list[int]:
-    """Apply pending migrations; return the versions applied."""
+def migrate(con: duckdb.DuckDBPyConnection, *, lake: bool = False) -> list[int]:
+    """Apply pending migrations; return the versions applied. `lake`: the connection's catalog is a
+    DuckLake (the caller holds its writer lock)."""
     con.execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations ("
-        " version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMPTZ DEFAULT current_timestamp)"
+        f" version INTEGER {'NOT NULL' if lake else 'PRIMARY KEY'}, name VARCHAR,"
+        " applied_at TIMESTAMPTZ DEFAULT current_timestamp)"
     )
     have = current_version(con)
     pending = [m for m in migrations() if m[0] > have]
     if not pending:
         return []
+    if lake:
+        return _migrate_lake(con, have, pending)
     # one transaction for all that are pending: a new file's first open committed (and synced to
     # disk) once per migration, and the first `watch` of a new home waits on it; a failure leaves
     # the file as it was
@@ -114,3 +136,20 @@ def set_aside_interrupted_migration(path: Path) -> bool:
     if not older:
         os.replace(aside, wal)
     return older
+def _migrate_lake(con: duckdb.DuckDBPyConnection, have: int, pending: list[tuple[int, str, str]]) -> list[int]:
+    for version, name, sql in pending:
+        if version > LAKE_BASE and (bad := lake_problem(sql)):
+            raise RuntimeError(f"migration {version:04d}_{name} uses {bad}, which a DuckLake catalog lacks")
+    con.execute("BEGIN TRANSACTION")
+    try:
+        if have < LAKE_BASE:
+            con.execute(lake_baseline())
+        for version, name, sql in pending:
+            if version > LAKE_BASE:
+                con.execute(sql)
+            con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [version, name])
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    return [version for version, _, _ in pending]

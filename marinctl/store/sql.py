@@ -1,7 +1,7 @@
 """`marinctl sql`: a user's own read-only SQL over the store, with a `history` view.
 
-The file is opened read-only (DuckDB refuses every write there), so nothing a user types
-can change what is stored. `history` is every stored value in the shape people expect,
+The store is opened read-only (the file, or a DuckLake attached READ_ONLY: DuckDB refuses
+every write there), so nothing a user types can change what is stored. `history` is every stored value in the shape people expect,
 (run, uid, step, key, value): the long `metrics` rows and the exported parquet parts, read in
 place (store/scan.py), so a query over all keys of a hero-sized run decodes its parts.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from marinctl.errors import RuntimeFailure, UserError
+from marinctl.errors import UserError
 from marinctl.store import Store, scan
 from marinctl.store.engine import duckdb
 
@@ -28,13 +28,7 @@ READING = {"SELECT", "EXPLAIN", "PRAGMA", "CALL"}
 
 def query(store: Store, text: str) -> tuple[list[str], list[tuple[Any, ...]]] | None:
     """(column names, rows) of one read-only query; None for a statement without a result."""
-    store.ensure_schema()
-    try:
-        con = duckdb.connect(str(store.path), read_only=True)
-    except duckdb.Error as exc:
-        raise RuntimeFailure(f"cannot open the store read-only: {exc}", "retry in a moment") from None
-    try:
-        con.execute("SET enable_progress_bar = false")
+    with store.read_only() as con:
         con.execute(history_view(con))
         try:
             kinds = [st.type.name for st in con.extract_statements(text)]
@@ -50,5 +44,3 @@ def query(store: Store, text: str) -> tuple[list[str], list[tuple[Any, ...]]] | 
         if cur.description is None:
             return None
         return [d[0] for d in cur.description], cur.fetchall()
-    finally:
-        con.close()

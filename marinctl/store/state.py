@@ -40,11 +40,11 @@ def _get(con: Connection, scope: str, name: str) -> Position | None:
 
 def _put(con: Connection, scope: str, name: str, position: int | None, token: str | None = None,
          extra: dict[str, Any] | None = None) -> None:
+    # a delete and an insert, not ON CONFLICT: a DuckLake has no keys to conflict on (store/dialect.py)
+    con.execute("DELETE FROM sync_state WHERE scope = ? AND name = ?", [scope, name])
     con.execute(
         "INSERT INTO sync_state (scope, name, position, token, extra, updated_at)"
-        " VALUES (?, ?, ?, ?, ?, current_timestamp) ON CONFLICT (scope, name) DO UPDATE SET"
-        " position = excluded.position, token = excluded.token, extra = excluded.extra,"
-        " updated_at = excluded.updated_at",
+        " VALUES (?, ?, ?, ?, ?, current_timestamp)",
         [scope, name, position, token, None if extra is None else json.dumps(extra)],
     )
 
@@ -137,9 +137,10 @@ def forget_detection(con: Connection, uid: str) -> None:
 def set_history_marks(con: Connection, marks: dict[str, int]) -> None:
     """`set_history_mark` for many runs in one statement: {uid: next step to fetch}."""
     if marks:
+        con.execute("DELETE FROM sync_state WHERE scope = 'history' AND name IN (SELECT unnest(?::VARCHAR[]))",
+                    [list(marks)])
         con.execute(
             "INSERT INTO sync_state (scope, name, position, token, extra, updated_at)"
             " SELECT 'history', t.uid, t.pos, NULL, NULL, current_timestamp"
-            " FROM (SELECT unnest(?::VARCHAR[]) AS uid, unnest(?::BIGINT[]) AS pos) t"
-            " ON CONFLICT (scope, name) DO UPDATE SET position = excluded.position, token = NULL, extra = NULL,"
-            " updated_at = excluded.updated_at", [list(marks), list(marks.values())])
+            " FROM (SELECT unnest(?::VARCHAR[]) AS uid, unnest(?::BIGINT[]) AS pos) t",
+            [list(marks), list(marks.values())])

@@ -6,6 +6,10 @@ holds an fcntl lock on `<db>.locks/<hash(key)>.lock` (released by the OS even on
 a second one is told who holds it instead of waiting. Keys name what is synced, resolved
 (`sync.targets.lock_key`: a W&B run as ENTITY/PROJECT/RUN_ID however it was typed, a local
 file by its real path), so one run cannot be synced twice at once under two names.
+
+On a DuckLake the same locks are the catalog's: a `.ducklake` file's sit beside it
+(`<file>.locks/`, one machine), a PostgreSQL catalog's are advisory locks on its server
+(store/pglocks.py), so followers on two machines never sync one run at once either.
 """
 
 from __future__ import annotations
@@ -20,15 +24,29 @@ from typing import Iterator
 from marinctl.errors import SyncBusy
 
 
-def _lock_path(db_path: Path, target: str) -> Path:
-    folder = Path(str(db_path) + ".locks")
+def _lock_path(store, target: str) -> Path:
+    folder = Path(str(_anchor(store)) + ".locks")
     folder.mkdir(parents=True, exist_ok=True)
     return folder / (hashlib.sha1(target.strip().encode()).hexdigest()[:16] + ".lock")
 
 
+def _anchor(store) -> Path | None:
+    """The file the store's lock folder sits beside (None: a PostgreSQL catalog, whose server locks)."""
+    if store.kind == "embedded":
+        return store.path
+    return store.lake.path
+
+
 @contextmanager
-def acquire(db_path: Path, target: str, owner: str = "sync") -> Iterator[None]:
-    path = _lock_path(db_path, target)
+def acquire(store, target: str, owner: str = "sync") -> Iterator[None]:
+    """Hold the sync lock of `target` for the block, or fail at once naming who holds it."""
+    if _anchor(store) is None:
+        from marinctl.store import pglocks
+
+        with pglocks.session_for(store.lake.conninfo, store.describe()).syncing(target, owner):
+            yield
+        return
+    path = _lock_path(store, target)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
@@ -51,7 +69,7 @@ def acquire(db_path: Path, target: str, owner: str = "sync") -> Iterator[None]:
 
 
 @contextmanager
-def held(db_path: Path, targets: list[str], owner: str = "sync") -> Iterator[set[str]]:
+def held(store, targets: list[str], owner: str = "sync") -> Iterator[set[str]]:
     """The locks of `targets` this process can take now, held for the block: a project sync writes a
     run only while it holds the run's own lock, so a `sync E/P/RUN` or a `watch` keeping that run
     in sync is never interleaved with it (the run is skipped this pass, not waited for)."""
@@ -59,7 +77,7 @@ def held(db_path: Path, targets: list[str], owner: str = "sync") -> Iterator[set
         mine = set()
         for target in sorted(set(targets)):
             try:
-                stack.enter_context(acquire(db_path, target, owner))
+                stack.enter_context(acquire(store, target, owner))
             except SyncBusy:
                 continue
             mine.add(target)
@@ -67,8 +85,8 @@ def held(db_path: Path, targets: list[str], owner: str = "sync") -> Iterator[set
 
 
 @contextmanager
-def acquire_all(db_path: Path, targets: list[str], owner: str = "sync") -> Iterator[None]:
+def acquire_all(store, targets: list[str], owner: str = "sync") -> Iterator[None]:
     with ExitStack() as stack:
         for target in sorted(set(targets)):
-            stack.enter_context(acquire(db_path, target, owner))
+            stack.enter_context(acquire(store, target, owner))
         yield

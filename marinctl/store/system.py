@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from marinctl.store import engine
+from marinctl.store import dialect, engine
 from marinctl.store import first
 from marinctl.store.engine import duckdb
 
@@ -42,8 +42,7 @@ def _batch(samples: Sequence[Sample]) -> pa.Table:
 
 def _insert(con: duckdb.DuckDBPyConnection, run_pk: int) -> None:
     """Insert the registered `_sys` batch for `run_pk` (keys interned first), ordered by key then time."""
-    con.execute("INSERT INTO system_keys (key) SELECT DISTINCT key FROM _sys"
-                " WHERE key NOT IN (SELECT key FROM system_keys)")
+    dialect.intern(con, "system_keys", "SELECT key FROM _sys")
     con.execute("INSERT INTO system_samples SELECT ?, k.key_id, b.time, b.value FROM _sys b"
                 " JOIN system_keys k USING (key) ORDER BY k.key_id, b.time", [run_pk])
 
@@ -75,9 +74,9 @@ def replace_samples(con: duckdb.DuckDBPyConnection, run_pk: int, samples: Sequen
             _insert(con, run_pk)
         finally:
             con.unregister("_sys")
-    con.execute("INSERT INTO system_fetches (run_pk, fetched_for, samples) VALUES (?, ?, ?) ON CONFLICT (run_pk)"
-                " DO UPDATE SET fetched_for = excluded.fetched_for, samples = excluded.samples,"
-                " fetched_at = now()", [run_pk, fetched_for, len(samples)])
+    con.execute("DELETE FROM system_fetches WHERE run_pk = ?", [run_pk])
+    con.execute("INSERT INTO system_fetches (run_pk, fetched_for, samples, fetched_at) VALUES (?, ?, ?, now())",
+                [run_pk, fetched_for, len(samples)])
     return len(samples)
 
 

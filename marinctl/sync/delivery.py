@@ -3,14 +3,18 @@
 `Delivery` owns one thread per sink (a Slack outage never delays the webhook). Each thread
 keeps its own queue of (alert, attempt) and tries the earliest due one: a try is bounded by
 TRY_TIMEOUT_S (sinks.py), and one that fails is tried again after BACKOFF_S[attempt] seconds
-(the last value repeating) for as long as the follower runs. Every try is written to the
-store — `tries`, `last_error`, the claim renewed — and the first sink that accepts an alert
-marks it delivered (store/alerts.py). What is still undelivered when the follower stops keeps
-`"delivered": false` in `marinctl alerts`, and the next follower of its run sends it.
+(the last value repeating) for as long as the follower runs — that sink alone: the others are
+not sent it again. Every try is written to the store, on the sink's own delivery row —
+`tries`, `last_error`, the claim renewed, when it accepted (store/alerts.py). What a sink still
+owes when the follower stops is sent by the next follower of the run with that sink; until
+one sink accepts it, `marinctl alerts` lists the alert `"delivered": false`.
 
-Any follow loop can use it: `sync --follow` (both its local tail and its W&B poll) and, later,
-`watch`. `submit` only queues; `close` lets each sink finish the try it is in (bounded) and
-gives this process's claims back.
+A sink's try and the store's record of it are two steps: a follower killed between them
+resends the alert to that sink once its claim lapses (CLAIM_S), with the same idempotency key
+(sinks.py), so delivery is at least once per sink and a receiver that keeps keys sees it once.
+
+Any follow loop uses it (sync/follow_alerts.py `FollowAlerts`): `sync --follow` and `watch`. `submit`
+only queues; `close` lets each sink finish the try it is in (bounded).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import queue
 import threading
 import time
 from datetime import datetime, timedelta, timezone
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 from marinctl.domain import Warn
 from marinctl.store import Store
@@ -52,25 +56,36 @@ class Delivery:
             w.thread.start()
         return self
 
-    def submit(self, alerts: Sequence[dict[str, Any]]) -> None:
-        """Queue alerts (claimed by this process) for every sink."""
-        for alert in alerts:
+    def submit(self, owed: Sequence[tuple[dict[str, Any], Collection[str] | None]]) -> None:
+        """Queue alerts (claimed by this process), each for the sinks (ids) that owe it (None: every
+        sink that takes its priority). A message with no `alert_id` (a digest) is tried once, stored nowhere."""
+        for alert, sinks in owed:
             for w in self._workers:
-                w.inbox.put(alert)
+                if (w.sink.id in sinks) if sinks is not None else w.sink.takes(alert):
+                    w.inbox.put(alert)
 
     def close(self, wait_s: float | None = None) -> None:
-        """Stop after each sink's current try (at most `wait_s`, default one try's bound); give claims back."""
+        """Stop after each sink's current try (at most `wait_s`, default one try's bound).
+
+        The claims are not given back here: a follower stops on Ctrl-C, and a store connection
+        opened after a query Ctrl-C interrupted can block for good in DuckDB 1.5 (a follower that
+        said "stopped" then hung, until SIGKILL). They need not be: once this process is gone, a
+        follower of the same machine takes them at once (sync/alerts.py `holder_gone`); elsewhere
+        they lapse after CLAIM_S."""
         self._stop.set()
         for w in self._workers:
             w.inbox.put(None)
         deadline = time.monotonic() + (self.timeout + 1.0 if wait_s is None else wait_s)
         for w in self._workers:
             w.thread.join(timeout=max(deadline - time.monotonic(), 0.05))
+
+    def _acked(self, alert: dict[str, Any]) -> bool:
+        """Whether `marinctl alerts ack` stopped the alert (a read; a busy store: not known, not stopped)."""
         try:
-            with self.store.transaction() as con:
-                alerts_store.release(con, self.me)
-        except Exception:  # noqa: BLE001 — claims lapse on their own (CLAIM_S)
-            pass
+            with self.store.connect() as con:
+                return alerts_store.acked(con, alert["alert_id"])
+        except Exception:  # noqa: BLE001 — the next try asks again
+            return False
 
     @property
     def waiting(self) -> int:
@@ -89,13 +104,23 @@ class Delivery:
                     return
                 time.sleep(0.05 * (attempt + 1))
 
-    def _tried(self, sink: Sink, alert: dict[str, Any], error: str | None, attempt: int) -> None:
+    def _tried(self, sink: Sink, alert: dict[str, Any], error: str | None, attempt: int,
+               receipt: str | None = None) -> None:
+        if alert.get("alert_id") is None:        # a digest: said once if it failed, never stored
+            if error is not None and self._warn is not None:
+                self._warn(f"digest not delivered to {sink.label}: {error}")
+            return
         until = datetime.now(timezone.utc) + timedelta(seconds=CLAIM_S)
-        self._write(alerts_store.tried, alert["alert_id"], error and f"{sink.label}: {error}", self.me, until)
-        if error is None:
-            self._write(alerts_store.delivered, alert["alert_id"], sink.kind)
-        elif self._warn is not None and (sink.label, attempt) not in self._said and attempt in (0, 3, 6):
-            self._said.add((sink.label, attempt))
+        self._write(alerts_store.tried, alert["alert_id"], sink.id, sink.kind, error and f"{sink.label}: {error}",
+                    self.me, until, receipt)
+        if receipt is not None and self._acked(alert):        # acknowledged while it was on its way
+            from marinctl.sync import phones
+
+            if phones.cancel(receipt, timeout=self.timeout) is None:
+                self._write(alerts_store.cancelled, alert["alert_id"], sink.id)
+        said = (sink.label, attempt)
+        if error is not None and self._warn is not None and said not in self._said and attempt in (0, 3, 6):
+            self._said.add(said)
             wait = self.backoff[min(attempt, len(self.backoff) - 1)]
             self._warn(f"alert not delivered to {sink.label}: {error}; trying again in {wait:g} s")
 
@@ -122,18 +147,26 @@ class _Worker:
             if item is None:
                 return
             if item is not False:
-                if item["alert_id"] not in self.queued:      # one chain of tries per alert
-                    self.queued.add(item["alert_id"])
+                key = item.get("alert_id")
+                if key is None or key not in self.queued:      # one chain of tries per alert
+                    if key is not None:
+                        self.queued.add(key)
                     heapq.heappush(self.heap, (time.monotonic(), next(self._order), 0, item))
                 continue
             if not self.heap or self.heap[0][0] > time.monotonic():
                 continue
             _, _, attempt, alert = heapq.heappop(self.heap)
+            if attempt and o._acked(alert):                    # acknowledged meanwhile: no more tries
+                self.queued.discard(alert["alert_id"])
+                continue
             try:
-                error = sinks_mod.send(self.sink, alert, hidden=o._hidden, timeout=o.timeout, terminal=o._terminal)
+                error, receipt = sinks_mod.deliver(self.sink, alert, hidden=o._hidden, timeout=o.timeout,
+                                                   terminal=o._terminal)
             except Exception as exc:  # noqa: BLE001 — a sink's failure is a failed try, never the loop's end
-                error = f"{type(exc).__name__}"
-            o._tried(self.sink, alert, error, attempt)
+                error, receipt = f"{type(exc).__name__}", None
+            o._tried(self.sink, alert, error, attempt, receipt)
+            if alert.get("alert_id") is None:
+                continue
             if error is None:
                 self.queued.discard(alert["alert_id"])
             else:

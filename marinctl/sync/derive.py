@@ -60,6 +60,7 @@ def detect(con: Connection, run_pk: int, *, full: bool = False) -> int:
         new += 1
     if found.replace_from is not None:
         new += anomalies.replace_from(con, run_pk, found.replace_from, found.found)
+    anomalies.remove(con, found.superseded)
     anomalies.restore(con, found.updated)
     if found.position is not None:
         state.save_detection(con, found.uid, found.position, found.memory)

@@ -250,7 +250,7 @@ def sync_project(store: Store, client: WandbClient, plan: Plan, *, progress: Pro
 def _sync_alone(store: Store, client: WandbClient, item: Listed, out: ProjectResult, progress: Progress | None) -> None:
     """The one-run path for one listed run, under the run's own lock (skipped when another process
     holds it: that process is bringing the run up to date)."""
-    with synclock.held(store.path, [_lock(item)], owner="sync (project)") as mine:
+    with synclock.held(store, [_lock(item)], owner="sync (project)") as mine:
         if mine:
             out.results.append(one_run.sync_run(store, client, item.info, progress=progress))
 
@@ -397,7 +397,7 @@ def _commit(store: Store, items: list[Listed], got: list) -> tuple[list[one_run.
     None), or None where nothing was fetched (metadata only). Returns the results, and the runs whose last stored step W&B now
     serves otherwise (a rewrite: nothing of them is written here; the one-run path walks it back)."""
     results, redo = [], []
-    with synclock.held(store.path, [_lock(item) for item in items], owner="sync (project)") as mine, \
+    with synclock.held(store, [_lock(item) for item in items], owner="sync (project)") as mine, \
             store.transaction() as con:
         keep: list[tuple[Listed, Any, bool]] = []
         sampled: list[tuple[Listed, list]] = []

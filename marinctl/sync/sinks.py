@@ -12,14 +12,25 @@
 - `desktop`: `notify-send` where it exists (its body markup escaped, `--` before the text),
   else the terminal's own notification escape (OSC 777 for the terminals that speak it, OSC 9
   otherwise), written by the caller's `terminal` callback.
+- `pushover=USER_KEY` and `ntfy=URL` (a topic's URL): a phone's notification at the alert's
+  priority (sync/phones.py).
 
+Every sink takes alerts from a minimum priority up, `KIND@LEVEL…` (`slack@high=URL`,
+`pushover@emergency=KEY`, `desktop@normal`); the default takes every alert (low and up).
 No secret goes into a body: W&B's and GitHub's tokens, every sink's own URL or command, and
 credentials inside any URL are replaced by `[redacted]` in every string of every body.
 Every try is bounded by `timeout`.
+
+Every alert carries an idempotency key, the same in every try, from every follower and after
+any restart (a digest of the alert's identity: run, cause, episode start): the generic JSON's
+`idempotency_key`, Slack's message `metadata`, and the `Idempotency-Key` header of every HTTP
+sink. A follower killed between a sink's answer and the store's record of it sends the alert
+again after its claim lapses; a receiver that keeps the keys it has seen drops that resend.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -32,12 +43,15 @@ from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
 
 from marinctl import numbers as N
+from marinctl.analysis.alerts import priority as P
 from marinctl.errors import UserError
 from marinctl.text import inert
 
-KINDS = ("desktop", "webhook", "slack", "discord", "exec")
+KINDS = ("desktop", "webhook", "slack", "discord", "exec", "pushover", "ntfy")
+URL_KINDS = ("webhook", "slack", "discord", "ntfy")
 GENERIC_FIELDS = ("run", "step", "metric", "cause_class", "severity", "title", "summary", "command")
-_HINT = "--notify desktop | webhook=URL | slack=URL | discord=URL | exec=COMMAND (repeatable)"
+_HINT = ("--notify desktop | webhook=URL | slack=URL | discord=URL | exec=COMMAND | pushover=USER_KEY | ntfy=URL,"
+         " each as KIND@LEVEL… to take LEVEL and up (repeatable)")
 _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
 _SECRET_PARAM = re.compile(r"(?i)([?&](?:token|access_token|api_key|apikey|key|secret|password|sig|signature)=)[^&\s#]+")
 _WORD_JOINER = "\u2060"
@@ -47,43 +61,71 @@ Terminal = Callable[[str], bool]   # writes a notification escape to the user's 
 @dataclass(frozen=True)
 class Sink:
     kind: str
-    target: str = ""    # the URL or COMMAND (a secret: never printed, stored or sent)
+    target: str = ""    # the URL, user key or COMMAND (a secret: never printed, stored or sent)
+    min_level: str = "low"
+
+    def takes(self, alert: dict[str, Any]) -> bool:
+        """Whether the alert's priority reaches this sink's minimum."""
+        return P.at_least(P.of(alert), self.min_level)
+
+    @property
+    def id(self) -> str:
+        """What the store keeps of the sink: its kind and a digest of its target (never the target)."""
+        if not self.target:
+            return self.kind
+        digest = hashlib.sha256(f"{self.kind}\0{self.target}".encode()).hexdigest()[:16]
+        return f"{self.kind}:{digest}"
 
     @property
     def label(self) -> str:
         """What messages may say of the sink: its kind and, for a URL, its host."""
-        if self.kind in ("webhook", "slack", "discord"):
-            from marinctl.sources.webhook import where
+        from marinctl.sources.webhook import where
 
+        if self.kind in URL_KINDS:
             return f"{self.kind} ({where(self.target)})"
+        if self.kind == "pushover":
+            from marinctl.sources import pushover
+
+            return f"pushover ({where(pushover.base_url())})"
         return self.kind
 
 
 def parse(spec: str) -> Sink:
-    """A `--notify` value as a Sink; UserError (exit 2) naming what is wrong."""
-    kind, sep, target = spec.partition("=")
-    kind = kind.strip().lower()
+    """A `--notify` value (`KIND[@LEVEL][=TARGET]`) as a Sink; UserError (exit 2) naming what is wrong."""
+    head, sep, target = spec.partition("=")
+    kind, at, level = head.strip().lower().partition("@")
+    kind = kind.strip()
     if kind not in KINDS:
         raise UserError(f"unknown --notify sink {inert(kind, single_line=True)[:40]!r}", _HINT)
+    level = level.strip() if at else "low"
+    if level not in P.LEVELS:
+        raise UserError(f"--notify {kind}@{inert(level, single_line=True)[:20]}: the level is one of"
+                        f" {', '.join(P.LEVELS)} (the lowest priority the sink takes)", _HINT)
     if kind == "desktop":
         if sep:
             raise UserError("--notify desktop takes no value", _HINT)
-        return Sink("desktop")
+        return Sink("desktop", min_level=level)
     if not sep or not target.strip():
-        raise UserError(f"--notify {kind}= needs a {'COMMAND' if kind == 'exec' else 'URL'}", _HINT)
+        wants = {"exec": "COMMAND", "pushover": "USER_KEY"}.get(kind, "URL")
+        raise UserError(f"--notify {kind}= needs a {wants}", _HINT)
     target = target.strip()
-    if kind != "exec":
+    if kind in URL_KINDS:
         parts = urlsplit(target)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        if parts.scheme not in ("http", "https") or not parts.hostname or " " in target:
             raise UserError(f"--notify {kind}= needs an http(s) URL (the value given is not one)", _HINT)
-    return Sink(kind, target)
+    if kind in ("pushover", "ntfy"):
+        from marinctl.sync import phones
+
+        phones.check(kind, target)
+    return Sink(kind, target, level)
 
 
 # --- secrets -------------------------------------------------------------------------------------
 
 def secrets(sinks: Sequence[Sink]) -> tuple[str, ...]:
     """The strings no body may carry: tokens marinctl reads, and every sink's URL or command."""
-    found = [os.environ.get(k, "").strip() for k in ("WANDB_API_KEY", "GITHUB_TOKEN", "GH_TOKEN")]
+    found = [os.environ.get(k, "").strip() for k in ("WANDB_API_KEY", "GITHUB_TOKEN", "GH_TOKEN",
+                                                      "PUSHOVER_APP_TOKEN", "NTFY_TOKEN")]
     try:
         from marinctl.sources import wandb as wandb_source
 
@@ -91,11 +133,13 @@ def secrets(sinks: Sequence[Sink]) -> tuple[str, ...]:
     except Exception:  # noqa: BLE001 — an unreadable netrc holds no key to hide
         pass
     found += [s.target for s in sinks if s.target]
-    for s in sinks:   # Slack/Discord URLs: their secret path alone too
-        if s.kind in ("webhook", "slack", "discord"):
+    for s in sinks:   # Slack/Discord URLs: their secret path alone too; an ntfy topic is its secret
+        if s.kind in URL_KINDS:
             path = urlsplit(s.target).path.strip("/")
             if len(path) >= 12:
                 found.append(path)
+            if s.kind == "ntfy":
+                found.append(path.rsplit("/", 1)[-1])
     return tuple(sorted({x for x in found if len(x) >= 6}, key=len, reverse=True))
 
 
@@ -118,16 +162,25 @@ def _scrubbed(obj: Any, hidden: Sequence[str]) -> Any:
 
 # --- shapes --------------------------------------------------------------------------------------
 
+def idempotency_key(alert: dict[str, Any]) -> str:
+    """The alert's key for receivers that drop resends: a digest of its identity (run, cause,
+    episode start), the same from any follower, store or restart."""
+    ident = f"{alert['run_uid']}\x1f{alert.get('cause') or alert['kind']}\x1f{int(alert['episode_start'])}"
+    return "marinctl-" + hashlib.sha256(ident.encode()).hexdigest()[:32]
+
+
 def generic(alert: dict[str, Any], hidden: Sequence[str] = ()) -> dict[str, Any]:
     """The contract's body: run, step, metric, cause_class, severity, title, summary, command (and more)."""
     fired = alert.get("fired_at")
     body = {
         "run": _t(alert.get("run_id") or alert["run_uid"]), "step": int(alert["step"]), "metric": _t(alert.get("metric")) or None,
-        "cause_class": alert["cause_class"], "severity": alert["severity"], "title": _t(alert["title"]),
+        "cause_class": alert["cause_class"], "severity": alert["severity"], "priority": P.of(alert),
+        "title": _t(alert["title"]),
         "summary": _t(alert.get("summary")) or None, "command": _t(alert["command"]),
         "kind": alert["kind"], "run_name": _t(alert.get("name")) or None, "run_uid": _t(alert["run_uid"]),
         "episode": {"start": int(alert["episode_start"]), "end": int(alert["episode_end"])},
-        "alert_id": int(alert["alert_id"]),
+        "alert_id": int(alert["alert_id"]) if alert.get("alert_id") is not None else None,
+        "idempotency_key": idempotency_key(alert),
         "fired_at": fired.astimezone(timezone.utc).isoformat() if hasattr(fired, "astimezone") else fired,
         "source": "marinctl",
     }
@@ -136,8 +189,11 @@ def generic(alert: dict[str, Any], hidden: Sequence[str] = ()) -> dict[str, Any]
 
 def slack(alert: dict[str, Any], hidden: Sequence[str] = ()) -> dict[str, Any]:
     """Slack's incoming-webhook shape: one mrkdwn `text`, links and media not unfurled."""
-    text = _chat_text(generic(alert, hidden), bold="*", prose=_slack_prose, code=_slack_code)
-    return {"text": text, "mrkdwn": True, "unfurl_links": False, "unfurl_media": False}
+    g = generic(alert, hidden)
+    text = _chat_text(g, bold="*", prose=_slack_prose, code=_slack_code)
+    return {"text": text, "mrkdwn": True, "unfurl_links": False, "unfurl_media": False,
+            "metadata": {"event_type": "marinctl_alert", "event_payload": {"idempotency_key": g["idempotency_key"],
+                                                                           "alert_id": g["alert_id"]}}}
 
 
 def discord(alert: dict[str, Any], hidden: Sequence[str] = ()) -> dict[str, Any]:
@@ -149,7 +205,7 @@ def discord(alert: dict[str, Any], hidden: Sequence[str] = ()) -> dict[str, Any]
 def _chat_text(g: dict[str, Any], *, bold: str, prose: Callable[[str], str], code: Callable[[str], str]) -> str:
     """The lines a chat shows (headline, where, summary, the command), each piece made inert by the
     chat's own `prose` and `code` escapes."""
-    lines = [f"{bold}{g['severity'].upper()} · {g['cause_class']}{bold} — {prose(g['title'])}",
+    lines = [f"{bold}{g['priority'].upper()} · {g['cause_class']}{bold} — {prose(g['title'])}",
              " · ".join(x for x in (code(g["run_name"] or g["run"]), f"step {N.count(g['step'])}",
                                     code(g["metric"]) if g["metric"] else "") if x)]
     if g["summary"]:
@@ -201,13 +257,24 @@ def payload(sink: Sink, alert: dict[str, Any], hidden: Sequence[str]) -> bytes:
 def send(sink: Sink, alert: dict[str, Any], *, hidden: Sequence[str], timeout: float,
          terminal: Terminal | None = None) -> str | None:
     """One try; None when the sink accepted the alert, else why not (naming no secret)."""
+    return deliver(sink, alert, hidden=hidden, timeout=timeout, terminal=terminal)[0]
+
+
+def deliver(sink: Sink, alert: dict[str, Any], *, hidden: Sequence[str], timeout: float,
+            terminal: Terminal | None = None) -> tuple[str | None, str | None]:
+    """One try: (why it failed or None, the sink's receipt for repeats it makes until cancelled)."""
+    if sink.kind in ("pushover", "ntfy"):
+        from marinctl.sync import phones
+
+        return phones.send(sink, generic(alert, hidden), timeout=timeout, key=idempotency_key(alert))
     if sink.kind in ("webhook", "slack", "discord"):
         from marinctl.sources.webhook import post_json
 
-        return post_json(sink.target, payload(sink, alert, hidden), timeout=timeout)
+        return post_json(sink.target, payload(sink, alert, hidden), timeout=timeout,
+                         headers={"Idempotency-Key": idempotency_key(alert)}), None
     if sink.kind == "exec":
-        return _run(sink.target, payload(sink, alert, hidden), timeout)
-    return _desktop(generic(alert, hidden), timeout, terminal)
+        return _run(sink.target, payload(sink, alert, hidden), timeout), None
+    return _desktop(generic(alert, hidden), timeout, terminal), None
 
 
 def _run(command: str, body: bytes, timeout: float) -> str | None:
@@ -245,7 +312,7 @@ def _desktop(g: dict[str, Any], timeout: float, terminal: Terminal | None) -> st
     exe = shutil.which("notify-send")
     if exe:
         markup = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-        urgency = "critical" if g["severity"] == "high" else "normal"
+        urgency = {"emergency": "critical", "high": "critical", "normal": "normal"}.get(g["priority"], "low")
         try:
             done = subprocess.run([exe, "--app-name=marinctl", f"--urgency={urgency}", "--", title[:200], markup[:1000]],
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -106,7 +106,7 @@ def resolve_targets(store: Store, targets: list[str]) -> list[Plan]:
 def _stored_plan(store: Store, raw: str) -> Plan | None:
     from marinctl.store import runs as runs_mod
 
-    if not store.path.exists():
+    if not store.exists():
         return None
     with store.connect() as con:
         try:

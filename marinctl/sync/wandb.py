@@ -39,6 +39,7 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
+from marinctl import paths
 from marinctl.domain import Anomaly, Progress, RunInfo
 from marinctl.errors import RuntimeFailure, UserError
 from marinctl.sources import wandb_parquet
@@ -205,7 +206,7 @@ def _sync_parts(store: Store, client: WandbClient, run: RunInfo, run_pk: int, ex
     with the watermark. Returns (first step not covered, values registered, last stored step)."""
     if not export.urls or (export.live_start is not None and export.live_start <= start):
         return start, 0, last_step
-    root = parts.root_for(store.path)
+    root = store.staging(paths.home())
 
     def arrived(path: Path) -> tuple[Path, parts.Footer, parts.Facts | None]:
         """In the download thread: the footer, and the facts of the whole file when any of it is

@@ -1,12 +1,12 @@
 """Alerts in watch: watch follows, so each of its sync passes runs the alert pass.
 
-`AlertPasses` is the alert side of `Live` (tui/live.py), run in Live's threads, never on the UI
-thread: after each W&B poll, `after_sync` hands the runs the pass synced to the same
-`FollowAlerts` `sync --follow` holds (sync/alerts.py: the first pass is the baseline, one alert
-per run, cause and episode, kept in the store, so a `sync --follow` beside watch never sends one
-twice); beside a local tail, `tail` runs a loop that scores the runs the tail changed and runs
-the pass when one is due (`LocalChanges`, as `sync --follow` does). New alerts are posted back
-(`AlertsRaised`); `--notify` sinks get them from FollowAlerts' own delivery threads.
+`AlertPasses` binds the follow's alert adapter (sync/follow_alerts.py `FollowAlerts`, the one
+`sync --follow` holds: the first pass is the baseline, one alert per run, cause and episode,
+kept in the store, so a `sync --follow` beside watch never sends one twice) to the screen: new
+alerts are posted back (`AlertsRaised`), a failed pass or delivery as a `FollowStatus` problem.
+It runs in Live's threads (tui/live.py), never on the UI thread: after each W&B poll
+(`after_sync`), and beside a local tail in a loop of its own (`tail`). `--notify` sinks get the
+alerts from FollowAlerts' own delivery threads.
 
 `AlertToasts` says each new alert once on screen (UI thread): the ones this watch raised, and
 those a `sync --follow` beside it stored for the run on screen (read with the view). Titles and
@@ -27,68 +27,56 @@ if TYPE_CHECKING:
 
     from marinctl.analysis.alerts.rules import Rules
     from marinctl.store import Store
-    from marinctl.sync.alerts import FollowAlerts
+    from marinctl.sync.follow_alerts import FollowAlerts
 
 TAIL_TICK_S = 0.2          # how often the local loop asks whether a pass is due
-CLOSE_WAIT_S = 1.0         # on quit, the most a sink's current try is waited for (claims are given back after)
+CLOSE_WAIT_S = 1.0         # on quit, the most a sink's current try is waited for
 TOAST_S = 20.0             # an alert stays on screen this long
 
 
 class AlertPasses:
-    """FollowAlerts run after watch's sync passes, in the threads that ran them."""
+    """FollowAlerts run after watch's sync passes, in the threads that ran them, said to `node`."""
 
     def __init__(self, node: DOMNode, store: Store, rules: Rules | None, sinks: Sequence = ()) -> None:
         self._node, self._store, self._rules, self._sinks = node, store, rules, list(sinks)
         self._alerts: FollowAlerts | None = None
         self._lock = threading.Lock()
-        self._failing = False
         self._closed = False
+        self.closing: threading.Thread | None = None     # the delivery's close, started on quit
 
     def after_sync(self, uids: Iterable[str], *, detect: bool = False) -> None:
         """One alert pass over `uids` (and every run followed so far); the new alerts posted back."""
         alerts = self._follow()
-        if alerts is None:
-            return
-        try:
-            new = alerts.after_pass(uids, detect=detect)
-        except Exception as exc:  # noqa: BLE001 — a busy store: the next pass tries again
-            if not self._failing:
-                self._say(f"alerts not checked this pass ({type(exc).__name__}: {exc}); trying again at the next",
-                          problem=True)
-            self._failing = True
-            return
-        self._failing = False
-        if new:
-            self._node.post_message(msg.AlertsRaised(new))
+        if alerts is not None:
+            alerts.after_pass(uids, detect=detect)
 
     def tail(self, stop: threading.Event, polled: threading.Event, uids_at: Callable[[], list[str]]) -> Callable:
         """The local tail's side: returns its `on_update`; a thread runs the passes until `stop`.
         The first pass, once the tail has `polled` the files (caught up), is every followed run's
         baseline (`uids_at()`): what was logged before watch started raises nothing."""
-        from marinctl.sync.alerts import LocalChanges
-
-        changes = LocalChanges()
+        alerts = self._follow()
 
         def loop() -> None:
             while not stop.is_set() and not polled.wait(TAIL_TICK_S):
                 pass
-            if stop.is_set():
+            if stop.is_set() or alerts is None:
                 return
-            changes.take(self._store)
-            self.after_sync(uids_at(), detect=True)
+            alerts.changes.take(self._store)
+            alerts.after_pass(uids_at(), detect=True)
             while not stop.wait(TAIL_TICK_S):
-                if changes.due():
-                    self.after_sync(changes.take(self._store), detect=True)
+                alerts.local_pass()
 
         threading.Thread(target=loop, name="watch alerts", daemon=True).start()
-        return changes.add
+        return alerts.changed if alerts is not None else (lambda results: None)
 
     def close(self) -> None:
-        """Stop delivering, off the UI thread: each sink's current try ends (bounded), claims are given back."""
+        """Stop delivering, off the UI thread: each sink's current try ends, bounded (`closing` is
+        that thread)."""
         with self._lock:
             self._closed, alerts = True, self._alerts
         if alerts is not None and alerts.delivery is not None:
-            threading.Thread(target=alerts.close, args=(CLOSE_WAIT_S,), name="watch alerts close").start()
+            self.closing = threading.Thread(target=alerts.close, args=(CLOSE_WAIT_S,), name="watch alerts close")
+            self.closing.start()
 
     def _follow(self) -> FollowAlerts | None:
         """The follow's FollowAlerts, made at its first pass (None once watch is closing)."""
@@ -96,14 +84,13 @@ class AlertPasses:
             if self._closed:
                 return None
             if self._alerts is None:
-                from marinctl.sync.alerts import FollowAlerts
+                from marinctl.sync.follow_alerts import FollowAlerts
 
                 self._alerts = FollowAlerts(self._store, self._rules, self._sinks,
-                                            warn=lambda text: self._say(text, problem=True))
+                                            said=lambda new: self._node.post_message(msg.AlertsRaised(new)),
+                                            problem=lambda text: self._node.post_message(
+                                                msg.FollowStatus(text, problem=True)))
             return self._alerts
-
-    def _say(self, text: str, problem: bool = False) -> None:
-        self._node.post_message(msg.FollowStatus(text, problem=problem))
 
 
 class AlertToasts:

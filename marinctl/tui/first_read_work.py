@@ -77,7 +77,7 @@ def _plan_and_read_held(store: Store, target: str | None, terminal: tuple[int, i
         send(("error", type(exc).__name__, exc.message, exc.hint))
         return
     send(("plan", plan))
-    layout = settings.load(store.path)
+    layout = settings.load(store.settings_key)
     params = replace(params_for(layout, plan[0]), buckets=bucket_guess(terminal[0]))
     local = local_targets(plan[1]) if catch_up else []
     # a small catch-up is read in the same instance: the app waits at most a few seconds to open the store
@@ -189,7 +189,7 @@ def _catch_up(store: Store, paths: list[str], send, *, first) -> list[dict]:
 
     changed = []
     try:
-        with synclock.acquire_all(store.path, paths, owner="watch"):
+        with synclock.acquire_all(store, paths, owner="watch"):
             for path in paths:
                 results = sync_files(store, path, progress=progress, warn=lambda text: send(("warn", text)))
                 changed += [r.as_json() for r in results if r.run is not None and r.changed]

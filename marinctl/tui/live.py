@@ -115,12 +115,16 @@ class Live:
     def _check(self) -> None:
         """Re-read only when the store's data version moved (another process, a sync pass).
 
-        A write changes the DuckDB file or its WAL: while neither's size and mtime moved, nothing
-        is opened at all (an idle view would otherwise open a connection every CHECK_S).
+        The store's stamp moves with every write (the DuckDB file's or its WAL's size and mtime, a
+        DuckLake's newest snapshot): while it stays, nothing is read at all (an idle view would
+        otherwise open a connection every CHECK_S).
         """
         if self._busy():
             return
-        stamp = _file_stamp(self._store.path)
+        if self._store.kind != "embedded":    # a lake's stamp is a catalog query: asked off the UI thread
+            self._node.run_worker(self._version, thread=True, group="version", exclusive=True, exit_on_error=False)
+            return
+        stamp = self._store.stamp()
         if stamp == self._stamp:
             return
         self._stamp = stamp
@@ -130,6 +134,14 @@ class Live:
     def _version(self) -> None:
         from marinctl.store.series import data_version
 
+        if self._store.kind != "embedded":
+            try:
+                stamp = self._store.stamp()
+            except Exception:  # noqa: BLE001 — the catalog away: try again at the next check
+                return
+            if stamp == self._stamp:
+                return
+            self._stamp = stamp
         try:
             with self._store.connect() as con:
                 version = data_version(con)
@@ -145,7 +157,7 @@ class Live:
             self._node.post_message(msg.SyncFailed(error, reason, asked=asked))
 
         try:
-            with synclock.acquire_all(self._store.path, targets, owner="watch"):
+            with synclock.acquire_all(self._store, targets, owner="watch"):
                 report = self._sync_fn(self._store, targets)
                 if self._alerts is not None:
                     self._alerts.after_sync((report or {}).get("synced") or [])
@@ -179,7 +191,7 @@ class Live:
             wake.wait(FOLLOW_S)
             wake.clear()
         try:
-            with synclock.acquire(self._store.path, target, owner="watch"):
+            with synclock.acquire(self._store, target, owner="watch"):
                 self._follow_loop(path)
         except SyncBusy as exc:
             # another marinctl (`sync --follow`) tails it: show what it writes, checking often
@@ -252,12 +264,3 @@ def _runs_under(store: Store, path: Path) -> list[str]:
         return uids_at_path(con, str(path.resolve()))
 
 
-def _file_stamp(db: Path) -> tuple:
-    out = []
-    for p in (Path(db), Path(f"{db}.wal")):
-        try:
-            st = p.stat()
-            out.append((st.st_size, st.st_mtime_ns))
-        except OSError:
-            out.append(None)
-    return tuple(out)

@@ -47,17 +47,18 @@ def settings_path() -> Path:
     return paths.home() / FILE_NAME
 
 
-def load(store_path: Path) -> Layout:
+def load(store_key: str) -> Layout:
+    """What was remembered for the store `store_key` names (`Store.settings_key`)."""
     try:
         everything = json.loads(settings_path().read_text())
-        mine = everything.get(str(Path(store_path).resolve()), {})
+        mine = everything.get(store_key, {})
         known = {k: v for k, v in mine.items() if k in Layout.__dataclass_fields__}
         return Layout(**known).clamp()
     except (OSError, ValueError, TypeError, AttributeError):
         return Layout()
 
 
-def save(store_path: Path, layout: Layout) -> None:
+def save(store_key: str, layout: Layout) -> None:
     path = settings_path()
     try:
         try:
@@ -65,7 +66,7 @@ def save(store_path: Path, layout: Layout) -> None:
             everything = everything if isinstance(everything, dict) else {}
         except (OSError, ValueError):
             everything = {}
-        everything[str(Path(store_path).resolve())] = asdict(layout)
+        everything[store_key] = asdict(layout)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(everything, indent=1, sort_keys=True))
         os.replace(tmp, path)

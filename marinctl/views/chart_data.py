@@ -82,10 +82,12 @@ class Overlay:
 
 @dataclass
 class Band:
+    """The ladder's interval for one run's loss over the hero: lo–hi at each x of the chart."""
+
     x: np.ndarray
     lo: np.ndarray
     hi: np.ndarray
-    label: str = "ladder prediction"
+    label: str = "ladder band"
 
 
 @dataclass
@@ -233,15 +235,20 @@ def markers_for(con: Connection, target: Target, lo: int, hi: int) -> list[Marke
 
 # --- overlays (other runs: views/compare.py) ---------------------------------------------
 
-def predicted_band(con: Connection, key: str, axis: Axis) -> Band | None:
-    """The ladder's predicted band over the hero (None without three synced rungs)."""
+def predicted_band(con: Connection, key: str, axis: Axis, *, every_key: bool = True) -> Band | None:
+    """The ladder's band for one run's loss over the hero, at the ladder's level (None without three
+    synced rungs; unless `every_key`, None but for the metric the ladder predicts)."""
     try:
-        from marinctl.analysis.ladder import predicted_band as ladder_band
+        from marinctl.analysis.scaling.ladder import DEFAULT_LEVEL, DEFAULT_METRIC
+        from marinctl.analysis.scaling.ladder import predicted_band as ladder_band
 
+        if not every_key and key != DEFAULT_METRIC:
+            return None
         got = ladder_band(con, key)
     except Exception:  # noqa: BLE001 — an optional overlay never breaks the view
         return None
     if not got:
         return None
     steps = np.asarray(got["steps"], dtype=np.float64)
-    return Band(axis.x(steps), np.asarray(got["lo"], dtype=np.float64), np.asarray(got["hi"], dtype=np.float64))
+    return Band(axis.x(steps), np.asarray(got["lo"], dtype=np.float64), np.asarray(got["hi"], dtype=np.float64),
+                label=f"ladder {DEFAULT_LEVEL:.0%} band")

@@ -13,11 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-import numpy as np
 
+from marinctl.analysis.pace import seconds_per_step
 from marinctl.analysis.schedule import schedule_of_target
 from marinctl.store import Connection
-from marinctl.store import metrics as M
 from marinctl.store import series as S
 from marinctl.store.lineage import Target
 
@@ -104,17 +103,3 @@ def header_stats(con: Connection, target: Target, now: datetime | None = None,
         tokens_per_s=last.get("throughput/tokens_per_second", (0, None))[1],
         mfu=last.get("throughput/mfu", (0, None))[1], eta_s=eta, phase_number=number, phase_name=name,
         steps_done=done)
-
-
-def seconds_per_step(con: Connection, target: Target, step: int, window: int = 200) -> float | None:
-    """Recent pace: median seconds per step from `_timestamp`, else the mean logged step duration."""
-    s, v = M.series(con, target.segments, "_timestamp", lo=max(0, step - window))
-    if len(s) >= 2:
-        # Median of per-step pace: a restart or fork gap in the window must not inflate the ETA.
-        ds, dv = np.diff(s), np.diff(v)
-        ok = (ds > 0) & np.isfinite(dv)
-        if ok.any():
-            return float(np.median(dv[ok] / ds[ok]))
-    s, v = M.series(con, target.segments, "throughput/duration", lo=max(0, step - window))
-    ok = np.isfinite(v)
-    return float(np.mean(v[ok])) if ok.any() else None

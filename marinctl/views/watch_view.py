@@ -223,7 +223,8 @@ def _add_sampled(con, view: View, target, keys: list[str]) -> None:
 
 
 def _add_other_runs(con, view: View, target, keys: list[str]) -> None:
-    """Compared runs and (with `o`) the ladder's runs and band, as overlays with one legend."""
+    """Compared runs and (with `o`) the ladder's runs, as overlays with one legend; the ladder's band
+    on the hero's chart of the metric the ladder predicts (with `o`, on every chart it fits)."""
     params, axis = view.params, view.axis
     legend: list[LegendEntry] = []
     lines: dict[str, list] = {}
@@ -249,5 +250,5 @@ def _add_other_runs(con, view: View, target, keys: list[str]) -> None:
     view.legend = legend
     for panel in view.panels + view.system_panels:
         panel.overlays = lines.get(panel.key, [])
-        if params.overlays and target.name == "hero":
-            panel.band = predicted_band(con, panel.key, axis)
+        if target.name == "hero":      # the ladder's metric always; every key with `o`
+            panel.band = predicted_band(con, panel.key, axis, every_key=params.overlays)

@@ -77,12 +77,13 @@ class Surface:
 
 
 def isoflop_sweep(surface: Surface, budgets: dict[float, tuple[float, float]], *, project: str, runs_per_budget: int = 5,
-                  noise: float = 0.0, steps: int = 20, seed: int = 0) -> list[SynthRun]:
+                  noise: float = 0.0, steps: int = 20, seed: int = 0, tag: str = "") -> list[SynthRun]:
     """One short SYNTHETIC run per (budget, tokens) point, named as Marin names its sweeps
     (`isoflop-1e+18-N8.3e+07-synthetic`). `budgets`: compute → (lowest, highest) tokens as multiples
     of that budget's optimal D*. Each run logs `throughput/total_tokens` rising to its D and
     `eval/paloma/macro_loss` every 5 steps falling to L(N, D) (+ Gaussian `noise` at the last eval),
-    and its summary holds `parameter_count` N."""
+    and its summary holds `parameter_count` N. `tag` goes into every run's name (a second sweep's
+    runs apart from the first's)."""
     rng = np.random.default_rng(seed)
     runs = []
     for c, (lo, hi) in budgets.items():
@@ -91,7 +92,7 @@ def isoflop_sweep(surface: Surface, budgets: dict[float, tuple[float, float]], *
             d = d_star * f
             n = c / (6 * d)
             final = surface.loss(n, d) + (rng.normal(0.0, noise) if noise else 0.0)
-            run = marin_run(f"isoflop-{c:.0e}-N{n:.2e}-synthetic", steps=steps, layers=1, experts=2, norm_every=1000,
+            run = marin_run(f"isoflop-{c:.0e}-N{n:.2e}-{tag + '-' if tag else ''}synthetic", steps=steps, layers=1, experts=2, norm_every=1000,
                             eval_every=1000, entity=ENTITY, project=project, group="isoflop-synthetic", seed=k,
                             tags=["isoflop"])
             for key in [x for x in run.series if x not in ("_timestamp", "_runtime", "train/loss")]:

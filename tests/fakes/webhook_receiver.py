@@ -3,7 +3,9 @@
     with WebhookReceiver(fail_first=1) as hook:        # answers the first POST with HTTP 500
         ... marinctl sync … --follow --notify webhook={hook.url}/generic
         hook.wait_for(lambda posts: len(posts) >= 1, timeout=20)
-        hook.posts     # [Post(path, body (parsed JSON), at (time.time()), status answered)]
+        hook.posts     # [Post(path, body (parsed JSON), at (time.time()), status answered, headers)]
+    hook.failing.add("/down")      # every POST under /down answered 500 until it is removed
+    hook.hold.clear()              # POSTs wait (unanswered) until `hold` is set again; `held` counts them
 
 Every POST is kept, the failed ones too (`status` says what it was answered). Only 127.0.0.1.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
 
@@ -27,6 +29,7 @@ class Post:
     raw: bytes
     at: float
     status: int
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -41,12 +44,15 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.owner
         with owner.lock:
             n = len(owner.posts)
-            status = 500 if n < owner.fail_first else 204 if self.path.startswith("/discord") else 200
+            failing = n < owner.fail_first or any(self.path.startswith(p) for p in owner.failing)
+            status = 500 if failing else 204 if self.path.startswith("/discord") else 200
             try:
                 body = json.loads(raw)
             except ValueError:
                 body = None
-            owner.posts.append(Post(self.path, body, raw, at, status))
+            owner.posts.append(Post(self.path, body, raw, at, status, dict(self.headers.items())))
+            owner.held += 0 if owner.hold.is_set() else 1
+        owner.hold.wait(60)
         if owner.delay_s:
             time.sleep(owner.delay_s)
         self.send_response(status)
@@ -58,6 +64,10 @@ class _Handler(BaseHTTPRequestHandler):
 class WebhookReceiver:
     def __init__(self, *, fail_first: int = 0, delay_s: float = 0.0):
         self.fail_first, self.delay_s = fail_first, delay_s
+        self.failing: set[str] = set()      # path prefixes answered 500
+        self.hold = threading.Event()       # cleared: POSTs wait unanswered (a sink that hangs)
+        self.hold.set()
+        self.held = 0                       # POSTs that waited
         self.posts: list[Post] = []
         self.lock = threading.Lock()
         self._loop: Loopback | None = None
@@ -68,6 +78,7 @@ class WebhookReceiver:
         return self
 
     def stop(self) -> None:
+        self.hold.set()
         if self._loop is not None:
             self._loop.stop()
             self._loop = None
@@ -96,5 +107,6 @@ class WebhookReceiver:
             if cond(posts):
                 return True
             time.sleep(0.05)
-        with self.lock:
-            return cond(list(self.posts))
+        with self.lock:        # cond is called outside the lock: it may read the receiver itself
+            posts = list(self.posts)
+        return cond(posts)

@@ -117,8 +117,11 @@ def rule_test(rule: Rule) -> Test:
     return test
 
 
+_STATS = {"min": np.min, "max": np.max, "mean": np.mean, "median": np.median, "sum": np.sum}
+
+
 def _stat(rule: Rule, window: np.ndarray) -> float:
-    return float({"min": np.min, "max": np.max, "mean": np.mean}[rule.stat](window))
+    return float(_STATS[rule.stat](window))
 
 
 def _figure(rule: Rule, v: np.ndarray, i: int) -> float | None:
@@ -127,29 +130,32 @@ def _figure(rule: Rule, v: np.ndarray, i: int) -> float | None:
     if rule.kind == "threshold":
         return _stat(rule, v[i - w + 1:i + 1]) if i + 1 >= w else None
     if rule.kind == "change":
-        if i + 1 < 2 * w:
+        b = rule.baseline or w
+        if i + 1 < w + b:
             return None
-        cur, prev = _stat(rule, v[i - w + 1:i + 1]), _stat(rule, v[i - 2 * w + 1:i - w + 1])
+        cur, prev = _stat(rule, v[i - w + 1:i + 1]), _stat(rule, v[i - w - b + 1:i - w + 1])
         if rule.absolute is not None:
             return cur - prev
         if prev == 0:
             return 0.0 if cur == 0 else float(np.sign(cur)) * np.inf
         return (cur - prev) / abs(prev)
-    if i < w:
+    r = rule.recent
+    if i + 1 < w + r:
         return None
-    before = v[i - w:i]
+    before = v[i - r - w + 1:i - r + 1]
+    judged = float(v[i]) if r == 1 else _stat(rule, v[i - r + 1:i + 1])
     mu, sd = float(np.mean(before)), float(np.std(before, ddof=1))
+    rise = judged - mu
+    if abs(rise) < rule.min_rise:        # too close to the mean to count, whatever the spread
+        return 0.0
     if sd == 0:
-        return 0.0 if v[i] == mu else float(np.sign(v[i] - mu)) * np.inf
-    return (float(v[i]) - mu) / sd
+        return 0.0 if rise == 0 else float(np.sign(rise)) * np.inf
+    return rise / sd
 
 
 def _holds(rule: Rule, fig: float) -> bool:
     if rule.kind == "threshold":
         return (rule.above is not None and fig > rule.above) or (rule.below is not None and fig < rule.below)
     bar = rule.z if rule.kind == "zscore" else rule.absolute if rule.absolute is not None else rule.relative
-    if rule.direction == "up":
-        return fig >= bar
-    if rule.direction == "down":
-        return -fig >= bar
-    return abs(fig) >= bar
+    signed = fig if rule.direction == "up" else -fig if rule.direction == "down" else abs(fig)
+    return signed > bar if bar == 0 else signed >= bar

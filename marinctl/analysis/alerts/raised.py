@@ -14,7 +14,13 @@ The built-in sources:
   age as W&B's LEET reads it (sync/local.py stores that state); a W&B run is stale when it
   says running but its heartbeat is older than STALE_AFTER_S, as watch's header reads it. A
   `[liveness] stale_after` in alerts.toml overrides both.
-- **rules** from alerts.toml (rules.py, conditions.py).
+- **rules** from alerts.toml and presets (rules.py, conditions.py): window episodes of a metric,
+  and a run gone `silent` or `stalled` for a rule's `after` seconds (one alert per step it
+  stopped at). A `nonfinite` rule gives the built-in NaN/Inf alert of its metric its priority.
+- **the hero leaving the ladder's band** (analysis/scaling/hero_band.py): one per episode of
+  evals outside the interval the ladder gives one run at that point of the schedule.
+
+Every candidate has a priority (priority.py): a rule's own, else its severity's.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from marinctl.analysis.alerts import priority as P
 from marinctl.analysis.alerts.conditions import Episode
 from marinctl.analysis.alerts.rules import Rule
 from marinctl.analysis.detect import incidents as inc_mod
@@ -49,6 +56,10 @@ class Candidate:
     metric: str | None = None
     gap: int = 0                   # a stored alert within this many steps is the same episode (0: same start)
     details: dict[str, Any] = field(default_factory=dict)
+    priority: str = ""             # emergency | high | normal | low ('' : its severity's)
+
+    def __post_init__(self) -> None:
+        self.priority = self.priority or P.from_severity(self.severity)
 
 
 # --- incidents -----------------------------------------------------------------------------------
@@ -71,6 +82,14 @@ def from_incidents(con: Connection, run: dict[str, Any], since: int) -> list[Can
     return out
 
 
+def from_hero_band(con: Connection, run: dict[str, Any], since: int) -> list[Candidate]:
+    """The hero's episodes outside the ladder's band that began after step `since`."""
+    from marinctl.analysis.scaling.hero_band import CAUSE, episodes_for
+
+    return [Candidate(CAUSE, ep.start, ep.end, ep.start, CAUSE, "none", "medium", ep.figures["metric"], gap=ep.gap,
+                      details=ep.figures) for ep in episodes_for(con, run, since)]
+
+
 # --- non-finite values and rules -----------------------------------------------------------------
 
 def from_nonfinite(key: str, ep: Episode) -> Candidate:
@@ -80,15 +99,35 @@ def from_nonfinite(key: str, ep: Episode) -> Candidate:
 
 def from_rule(rule: Rule, ep: Episode) -> Candidate:
     details = {"rule": rule.name, "rule_kind": rule.kind, "window": rule.window, "figure": _spelled(ep.figure)}
-    if rule.kind != "zscore":
+    if rule.kind != "zscore" or rule.recent > 1:
         details["stat"] = rule.stat
-    for k in ("above", "below", "relative", "absolute", "z"):
+    for k in ("above", "below", "relative", "absolute", "z", "baseline"):
         if getattr(rule, k) is not None:
             details[k] = getattr(rule, k)
+    if rule.kind == "zscore":
+        details.update(recent=rule.recent, min_rise=rule.min_rise)
     if rule.kind != "threshold":
         details["direction"] = rule.direction
-    return Candidate(f"rule:{rule.name}", ep.start, ep.end, ep.start, rule.kind, "none", rule.severity, rule.metric,
-                     details=details)
+    if rule.source:
+        details["source"] = rule.source
+    return Candidate(f"rule:{rule.name}", ep.start, ep.end, ep.start, rule.kind, rule.cause_class or "none",
+                     rule.severity, rule.metric, details=details, priority=rule.priority)
+
+
+def with_rule(c: Candidate, rule: Rule) -> Candidate:
+    """A built-in NaN/Inf candidate at a `nonfinite` rule's priority, naming the rule."""
+    c.priority, c.severity = rule.priority, rule.severity
+    c.details.update(rule=rule.name, **({"source": rule.source} if rule.source else {}))
+    return c
+
+
+def from_quiet(rule: Rule, run: dict[str, Any], step: int, quiet_s: float) -> Candidate:
+    """A run `silent` (no heartbeat) or `stalled` (no new step) for `quiet_s` ≥ the rule's `after`:
+    one alert per step it stopped at."""
+    details = {"rule": rule.name, "rule_kind": rule.kind, "after_s": rule.after, "quiet_s": round(quiet_s, 1),
+               "state": run.get("state"), **({"source": rule.source} if rule.source else {})}
+    return Candidate(f"rule:{rule.name}", step, step, max(step, 0), rule.kind, rule.cause_class or "infrastructure",
+                     rule.severity, None, details=details, priority=rule.priority)
 
 
 def _spelled(x: float) -> float | str:

@@ -9,8 +9,10 @@ before the steps re-scored pulls the start back to its onset (at most LOOKBACK s
 the lm_head drift it explains is replaced by it even when an earlier pass stored that drift
 before the trend was clear. A window finding that began before the steps re-scored and still
 reaches into them (a throughput collapse, an Adam-group drift, a resume mismatch) is stored
-again, longer, in place of the one an earlier pass stored (`updated`); a collapse still under
+again, longer, in place of the one an earlier pass stored (`updated`); a slowdown still under
 way at the last step is carried to the next pass with its frozen baseline (memory `open`). A
+finding below an alert's bar that grew past it (a throughput dip that lasted, a resume offset
+that became a mismatch) replaces the stored one of its family (`superseded`). A
 run scored by other detectors (DETECTORS, stamped in the pass's memory) is scored afresh,
 whole: what an older release stored is what it wrongly found too.
 
@@ -33,8 +35,12 @@ FINGERPRINT_EVERY = 500     # steps between stored _timestamp fingerprints (rewi
 # Bump when what the detectors (or the parameter roles they read) find changes. 2: RMSNorm gains
 # (`rms_attn.weight`) and embed_gated_norm's matrices get their own update rule (analysis/explain/roles.py).
 # 3: Marin's runbook incidents (throughput windows, Adam-group drift, resume mismatch, classed
-# excursions) and each detection's logging interval (incidents.py groups by it).
-DETECTORS = 3
+# excursions) and each detection's logging interval (incidents.py groups by it). 4: findings below the
+# alert bars (throughput dips, resume offsets), resume episodes over the whole overlap, what a fork changed.
+DETECTORS = 4
+# window kinds that are one finding grown past an alert's bar: a stored one is replaced by the other
+FAMILY = {"throughput_dip": "throughput", "throughput_collapse": "throughput",
+          "resume_offset": "resume", "resume_mismatch": "resume"}
 
 
 @dataclass
@@ -54,6 +60,7 @@ class Detection:
     rewind: Anomaly | None = None
     full: bool = False                   # a full pass: every earlier detection (but rewinds) is void
     updated: list[Anomaly] = field(default_factory=list)   # window findings begun before replace_from, stored again
+    superseded: list[Anomaly] = field(default_factory=list)  # stored findings of another kind those replace
     position: int | None = None          # last step scored; None: nothing to remember
     memory: dict[str, Any] = field(default_factory=dict)
 
@@ -96,7 +103,7 @@ def incremental(con: Connection, run_pk: int) -> Detection:
         out.found = D.scan(con, fr, emit_lo, None, refs=refs, carry=carry, carry_out=carried, extended_out=out.updated)
     out.replace_from = emit_lo
     if out.rewound_at is None:
-        out.found, out.updated = _continued(con, run_pk, emit_lo, out.found, out.updated)
+        out.found, out.updated, out.superseded = _continued(con, run_pk, emit_lo, out.found, out.updated)
     kept = [] if out.rewound_at is not None else [f for f in extra.get("fingerprints") or [] if int(f[0]) % FINGERPRINT_EVERY == 0]
     out.position, out.memory = last, _memory(con, fr, last, refs, len(leaves), kept, carried)
     return out
@@ -117,29 +124,50 @@ def full(con: Connection, run_pk: int) -> Detection:
 
 
 def _continued(con: Connection, run_pk: int, emit_lo: int, found: list[Anomaly],
-               updated: list[Anomaly]) -> tuple[list[Anomaly], list[Anomaly]]:
+               updated: list[Anomaly]) -> tuple[list[Anomaly], list[Anomaly], list[Anomaly]]:
     """Window findings of this pass that continue one stored before `emit_lo` (same kind and cause,
     overlapping windows) take its step and metric — the window's identity — and its start when
     earlier, and replace it (`updated`): a pass that reads less of the past re-finds a long window
-    later than where it began, and a window is one finding however many passes see it."""
+    later than where it began, and a window is one finding however many passes see it.
+
+    One of another kind of the same FAMILY is the stored one grown past its bar (a dip that
+    lasted into a collapse): the stored one goes (the third list), and the new one keeps its own
+    identity — the collapse begins where it crossed the bar, as it did before dips were stored,
+    so an alert keyed on it is the same alert. A window re-found below a bar it was stored past
+    (a collapse read again from fewer rows) is still the stored kind: it lasted, once."""
     stored = anomalies.of_run(con, run_pk, D.WINDOW_KINDS, emit_lo)
     if not stored:
-        return found, updated
-    keep, again = [], []
+        return found, updated, []
+    keep, again, gone = [], [], []
     was_updated = {id(a) for a in updated}
     for a in found + updated:
         old = None
         if a.kind in D.WINDOW_KINDS and "start" in a.details:
-            old = next((o for o in stored if o.kind == a.kind and o.cause_class == a.cause_class
+            old = next((o for o in stored if _family(o.kind) == _family(a.kind) and o.cause_class == a.cause_class
                         and o.details.get("start", o.step) <= a.details["end"]
                         and a.details["start"] <= o.details.get("end", o.step)), None)
-        if old is None:
+        if old is not None and old.kind != a.kind and _past_bar(old.kind):
+            a.kind = old.kind                   # stored past its bar: it stays so, longer
+            a.details.pop("confidence", None)
+            if isinstance(a.details.get("alert_bar"), dict):
+                a.details["alert_bar"] = {**a.details["alert_bar"], "reached": True, "short_of": []}
+        if old is None or old.kind != a.kind:
+            if old is not None:
+                gone.append(old)
             (again if id(a) in was_updated else keep).append(a)
             continue
         a.step, a.metric = old.step, old.metric
         a.details["start"] = min(a.details["start"], old.details.get("start", old.step))
         again.append(a)
-    return keep, again
+    return keep, again, gone
+
+
+def _family(kind: str) -> str:
+    return FAMILY.get(kind, kind)
+
+
+def _past_bar(kind: str) -> bool:
+    return kind in ("throughput_collapse", "resume_mismatch")
 
 
 def settled(con: Connection, uid: str, hi: int) -> bool:

@@ -31,7 +31,8 @@ thresholds in Marin's `.agents/skills/manage-hero-run/SKILL.md`):
   lineage), **rewind** (history the store saw before was rewritten; see analysis/detect/detection.py).
 - **throughput_collapse**: one window per collapse with a frozen baseline (throughput.py):
   Marin's runbook "sustained 20–30% below baseline over several check cadences"; the watcher's
-  SLOW rule gives the 30-row median.
+  SLOW rule gives the 30-row median. A shorter or shallower slowdown is a `throughput_dip`,
+  with the bar it did not reach in its evidence (explain reports it; no alert fires on it).
 - **hyperball_drift**: a MuonH/AdamH matrix norm more than 1% from its first logged value.
   Those optimizers project every step back onto the Frobenius sphere (marin#8435's optimizer
   table; Marin's `experiments/grug/moe_hero_ep/heuristic.py`),
@@ -51,7 +52,9 @@ thresholds in Marin's `.agents/skills/manage-hero-run/SKILL.md`):
   it did — a trend test classed by the leaf's role and whether the loss moved (drift.py;
   Marin issue #8818, PR #8833).
 - **resume_mismatch**: a fork child's loss against its parent's over the steps both logged
-  (resume.py; the runbook's 0.002 during catch-up, 1% after the post-resume warm-up).
+  (resume.py; the runbook's 0.002 during catch-up, 1% after the post-resume warm-up, judged
+  over its 200 steps; the episode runs on over the whole overlap while the gap lasts). A
+  smaller but clear gap is a `resume_offset`, with the bar it did not reach in its evidence.
 - Spike scores become events (episodes.py: one event per cause, level shifts apart, schedule
   changes quiet), logit growth is a trend test (trends.py), NaN/Inf and overflow markers are
   `numerics` (numerics.py). Window findings (WINDOW_KINDS) carry `start`/`end`; every finding
@@ -69,6 +72,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from marinctl.analysis.detect import drift, episodes, numerics, resume, throughput, trends
+from marinctl.analysis.diff import fork_changes
 from marinctl.analysis.explain import roles as roles_mod
 from marinctl.domain import Anomaly
 from marinctl.store import Connection, history
@@ -120,7 +124,8 @@ _SPIKE_KEYS = (
 
 # findings over a window (`start`–`end`), one per window: a later pass lengthens them, explain finds
 # them from any step inside
-WINDOW_KINDS = ("throughput_collapse", "adam_drift", "logit_growth", "sustained_rise", "resume_mismatch")
+WINDOW_KINDS = ("throughput_collapse", "throughput_dip", "adam_drift", "logit_growth", "sustained_rise", "resume_mismatch",
+                "resume_offset")
 
 Owner = Callable[[int], int]   # step -> run_pk the finding belongs to (a stitched lineage has several)
 Series = tuple[np.ndarray, np.ndarray]
@@ -139,6 +144,7 @@ class RunFrame:
     roles: roles_mod.RecipeRoles
     schedule: list[tuple[int, str]] = field(default_factory=list)   # (step, what): changes the schedule announces
     parent_pk: int | None = None     # a fork child's parent in the store (its loss after the fork is compared)
+    parent_config: dict[str, Any] | None = None   # its config (what the fork changed)
 
     @property
     def run_pk(self) -> int:
@@ -161,8 +167,9 @@ def frame_of(con: Connection, run: dict[str, Any]) -> RunFrame:
     # detection reads the parent only up to the fork; the run itself to its end
     segs[-1] = (segs[-1][0], segs[-1][1], None)
     own_lo = segs[-1][1] or 0
-    parent = chain[-2]["run_pk"] if len(chain) > 1 and run.get("fork_step") is not None else None
-    return RunFrame(run, segs, own_lo, warmup_end_step(run), roles_mod.recipe_roles(run), schedule_points(run), parent)
+    forked = len(chain) > 1 and run.get("fork_step") is not None
+    return RunFrame(run, segs, own_lo, warmup_end_step(run), roles_mod.recipe_roles(run), schedule_points(run),
+                    chain[-2]["run_pk"] if forked else None, (chain[-2].get("config") or {}) if forked else None)
 
 
 def split_keys(con: Connection, data: pa.Table) -> dict[str, Series]:
@@ -285,14 +292,14 @@ def excursion_cause(cols: dict[str, Series], first: int, last: int, trend: float
     return "optimizer", 0.5, why
 
 
-def throughput_collapses(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner: Owner,
-                         overlap=False, cols: dict[str, Series] | None = None, open_: throughput.Open | None = None,
-                         ) -> tuple[list[Anomaly], list[Anomaly], throughput.Open | None]:
-    """Sustained slowdowns as windows (throughput.py): (in range, begun before `emit_lo` and still
-    reaching into it, the one still under way). Tokens/s and step duration are per-step rates,
-    so a logging gap leaves them comparable; the windows count logged rows."""
+def slowdowns(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owner: Owner,
+              overlap=False, cols: dict[str, Series] | None = None, carried: dict[str, throughput.Open | None] | None = None,
+              ) -> tuple[list[Anomaly], list[Anomaly], dict[str, throughput.Open]]:
+    """Slowdowns as windows (throughput.py: collapses and dips): (in range, begun before `emit_lo`
+    and still reaching into it, those still under way). Tokens/s and step duration are per-step
+    rates, so a logging gap leaves them comparable; the windows count logged rows."""
     cols = cols if cols is not None else split_keys(con, data)
-    found, still = throughput.collapses(con, data, cols, owner, open_=open_, reaches_end=emit_hi is None)
+    found, still = throughput.slowdowns(con, data, cols, owner, carried=carried, reaches_end=emit_hi is None)
     inside = [a for a in found if episodes.in_range(a, emit_lo, emit_hi, overlap)]
     before = [a for a in found if not overlap and a.step < emit_lo and a.details["end"] >= emit_lo]
     return inside, before, still
@@ -322,9 +329,10 @@ def timing(con: Connection, fr: RunFrame, data: pa.Table, emit_lo, emit_hi, owne
                                {"previous_step": prev, "wall_gap_s": dt, "median_step_s": med, "logging_interval": interval,
                                 "threshold_s": max(RESUME_FACTOR * (med or 0), RESUME_MIN_S)}))
     if fork_at is not None and fork_at >= emit_lo and (emit_hi is None or fork_at < emit_hi):
-        out.append(Anomaly(fr.run_pk, fork_at, "_lineage", "fork", 1.0, "infrastructure",
-                           {"fork_parent": fr.run.get("fork_parent"), "fork_step": fr.run.get("fork_step"),
-                            "run": fr.run.get("run_id")}))
+        details = {"fork_parent": fr.run.get("fork_parent"), "fork_step": fr.run.get("fork_step"), "run": fr.run.get("run_id")}
+        if fr.parent_config is not None:
+            details["config_changes"] = fork_changes(fr.parent_config, fr.run.get("config") or {})
+        out.append(Anomaly(fr.run_pk, fork_at, "_lineage", "fork", 1.0, "infrastructure", details))
     return out
 
 
@@ -503,12 +511,12 @@ def scan(con: Connection, fr: RunFrame, emit_lo: int, emit_hi: int | None = None
     extended: list[Anomaly] = []
     found = spikes(con, fr, dense, emit_lo, emit_hi, owner, overlap, cols)
     found += sustained_rise(con, fr, dense, emit_lo, emit_hi, owner, overlap, cols)
-    inside, before, still = throughput_collapses(con, fr, dense, emit_lo, emit_hi, owner, overlap, cols,
-                                                 throughput.Open.of((carry or {}).get("collapse")))
+    inside, before, still = slowdowns(con, fr, dense, emit_lo, emit_hi, owner, overlap, cols,
+                                      {tier: throughput.Open.of((carry or {}).get(tier)) for tier in throughput.BARS})
     found += inside
     extended += before
-    if carry_out is not None and still is not None:
-        carry_out["collapse"] = still.as_memory()
+    if carry_out is not None:
+        carry_out.update({tier: o.as_memory() for tier, o in still.items()})
     own_lo = fr.own_lo if not overlap else 0
     found += timing(con, fr, dense, max(emit_lo, own_lo), emit_hi, owner, cols, since=own_lo)
     found += nonfinite(con, fr, emit_lo, emit_hi, owner)
@@ -548,16 +556,20 @@ def adam_drifts(con: Connection, fr: RunFrame, keys: Sequence[str], cols: dict[s
 
 
 def resume_mismatch(con: Connection, fr: RunFrame, emit_lo: int, emit_hi: int | None, owner: Owner) -> list[Anomaly]:
-    """A fork child's loss against its parent's over the steps both logged after the fork (resume.py)."""
+    """A fork child's loss against its parent's over the steps both logged after the fork (resume.py):
+    the runbook's span decides, the whole overlap is the episode's extent."""
     fork = fr.run.get("fork_step")
     if fr.parent_pk is None or fork is None:
         return []
-    lo, hi = int(fork) + 1, int(fork) + resume.SPAN + 1
-    if hi <= emit_lo or (emit_hi is not None and lo >= emit_hi):
+    lo = int(fork) + 1
+    if emit_hi is not None and lo >= emit_hi:
         return []
+    parent = split_keys(con, history.frame(con, [(fr.parent_pk, lo, None)], [LOSS], lo, None)).get(LOSS)
+    if parent is None or not len(parent[0]) or int(parent[0][-1]) < emit_lo:
+        return []        # the overlap ends before the steps scored: nothing of it reaches them
+    hi = int(parent[0][-1]) + 1
     child = split_keys(con, history.frame(con, [(fr.run_pk, lo, hi)], [LOSS], lo, hi)).get(LOSS)
-    parent = split_keys(con, history.frame(con, [(fr.parent_pk, lo, hi)], [LOSS], lo, hi)).get(LOSS)
-    if child is None or parent is None:
+    if child is None:
         return []
     found = resume.compare(child, parent, fork_step=int(fork), parent_run=fr.run.get("fork_parent"), owner=owner)
     return [found] if found is not None else []

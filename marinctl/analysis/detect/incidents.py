@@ -21,9 +21,13 @@ story:
   restart inside it are two things that happened, not one.
 - **its peak**: the incident's kind and metric are those of its window (the strongest, when
   several of one kind), else of its strongest detection (kind severity × confidence,
-  ranking.py); its `step` is the highest-scored detection of that kind (scores of different
+  explain/ranking.py); its `step` is the highest-scored detection of that kind (scores of different
   kinds do not compare: a z-score, a ratio, a percentage).
 - **severity**: ranking.level of its strongest detection — the rule explain ranks by.
+- **below an alert's bar** (a throughput dip, a resume offset: `BELOW_BAR`): incidents of their
+  own, grouped among themselves only — never joined by another detection, never joining one —
+  so every other incident, and so every alert, is what it would be without them (they are
+  `low`: no alert fires on them).
 """
 
 from __future__ import annotations
@@ -31,11 +35,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from marinctl.analysis.detect import ranking
+from marinctl.analysis.explain import ranking
 from marinctl.domain import Anomaly
 
 GROUP_ROWS = ranking.GROUP_ROWS
 LOSS = "train/loss"
+BELOW_BAR = ("throughput_dip", "resume_offset")
 
 
 @dataclass(frozen=True)
@@ -120,9 +125,9 @@ def _incident(group: list[Anomaly]) -> Incident:
 
 def incidents(detections: Sequence[Anomaly]) -> list[Incident]:
     """One Incident per episode (see the module doc), ordered by (run_pk, start)."""
-    by: dict[tuple[int, str], list[Anomaly]] = {}
+    by: dict[tuple[int, str, bool], list[Anomaly]] = {}
     for a in detections:
-        by.setdefault((a.run_pk, a.cause_class), []).append(a)
+        by.setdefault((a.run_pk, a.cause_class, a.kind in BELOW_BAR), []).append(a)
     out: list[Incident] = []
     for group in by.values():
         group.sort(key=lambda a: (span(a), a.step, a.kind))

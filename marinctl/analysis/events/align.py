@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from marinctl.analysis.explain.event_facts import extract_facts
+from marinctl.analysis.events.facts import extract_facts
 from marinctl.store import Connection
 from marinctl.store import events as events_store
 from marinctl.store import metrics as M

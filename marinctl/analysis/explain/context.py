@@ -83,8 +83,16 @@ def data_phase(run: dict[str, Any], step: int) -> dict[str, Any]:
             "next_switch": nxt, "steps_since_switch": step - phase.start_step, "phases_from": sched.source("phases")}
 
 
-def eval_steps(con: Connection, target, step: int, window: int) -> list[int]:
-    return S.steps_with_key_prefix(con, target.segments, "eval/", step - window, step + window)
+EVALS_EACH_SIDE = 3          # evals shown before (or at) and after the step
+
+
+def eval_steps(con: Connection, target, step: int, window: int, each_side: int = EVALS_EACH_SIDE) -> list[int]:
+    """The evals around `step` within `window` steps: the last `each_side` at or before it and the
+    first `each_side` after it (a run evaluating every few steps has dozens in the window; the
+    ones next to the step are the ones that say something about it)."""
+    steps = S.steps_with_key_prefix(con, target.segments, "eval/", step - window, step + window)
+    before = [s for s in steps if s <= step][-each_side:]
+    return before + [s for s in steps if s > step][:each_side]
 
 
 def checkpoint_steps(run: dict[str, Any], step: int, window: int) -> list[int]:

@@ -105,8 +105,8 @@ def explanation(a: dict[str, Any], recipe: roles_mod.RecipeRoles) -> str:
                 "a lower LR, QK-norm for attention logits." + also)
     if kind == "sustained_rise":
         return _excursion(a)
-    if kind == "resume_mismatch":
-        return _resume_mismatch(d)
+    if kind in ("resume_mismatch", "resume_offset"):
+        return _resume_mismatch(d, kind)
     if kind == "adam_drift":
         return _adam_drift(a)
     if kind == "nonfinite":
@@ -117,9 +117,12 @@ def explanation(a: dict[str, Any], recipe: roles_mod.RecipeRoles) -> str:
                 "Mixed-precision training skips the steps whose gradients overflow and halves its loss scale; a scale "
                 "collapsing toward its floor came before NaNs in OPT-175B's logbook.")
     if kind == "fork":
-        return (f"Run {d.get('run')} was forked from {d.get('fork_parent')} at step {N.count(d.get('fork_step'))}: from here on "
-                "a new W&B run continues training, usually with a changed setting (Marin names the change in the run id). "
-                "Differences right after this point come from that change or from the restart, not from the data.")
+        changes = config_changes(d)
+        what = (f" with its config changed: {changes}" if changes else
+                ", its config as its parent's" if isinstance(d.get("config_changes"), dict) else "")
+        return (f"Run {d.get('run')} was forked from {d.get('fork_parent')} at step {N.count(d.get('fork_step'))}{what}: from "
+                "here on a new W&B run continues training, usually with a changed setting (Marin names the change in the "
+                "run id). Differences right after this point come from that change or from the restart, not from the data.")
     if kind == "rewind":
         return (f"The history from step {N.count(d.get('rewound_from'))} was rewritten after marinctl first saw it: the run was "
                 "rolled back (W&B rewind) and those steps were trained again — what you see now is the second attempt.")
@@ -143,6 +146,8 @@ def explanation(a: dict[str, Any], recipe: roles_mod.RecipeRoles) -> str:
                 f"rows{took}); Marin's hero runbook alerts on throughput sustained 20–30% below baseline over several "
                 "checks. Every step inside this window is part of the same slowdown. That is an infrastructure problem — "
                 "a slow node, network or storage, a changed parallelism — not a modelling one." + still)
+    if kind == "throughput_dip":
+        return _throughput_dip(d)
     if kind == "hyperball_drift":
         return (f"{roles_mod.leaf_path(a['metric'])} is trained by {str(d.get('role')).upper()}, which puts each matrix back on "
                 f"a sphere of fixed Frobenius norm after every step, so its norm should never move. At step {N.count(step)} it "
@@ -174,22 +179,67 @@ def _excursion(a: dict[str, Any]) -> str:
         f", so neither a bad batch nor a bad update is proven; the run may be diverging.{back}"
 
 
-def _resume_mismatch(d: dict[str, Any]) -> str:
+def _resume_mismatch(d: dict[str, Any], kind: str) -> str:
+    minor = kind == "resume_offset"
+    bar = d.get("alert_bar") or {}
     if d.get("phase") == "catch-up":
         what = (f"the child replays its parent's batches (their difference varies {N.sig(d.get('spread'), 2)} row to row, "
                 f"the loss itself {N.sig(d.get('noise'), 2)}), yet its loss differs by {N.sig(d.get('median_abs_diff'), 3)} "
-                f"at the median, above the runbook's {d.get('threshold')} during catch-up")
+                + (f"at the median — below the runbook's {bar.get('value')} during catch-up, but clear of the numerics "
+                   f"noise (over half that bar)" if minor else
+                   f"at the median, above the runbook's {d.get('threshold')} during catch-up"))
     else:
         what = (f"after the first {N.count(d.get('resume_warmup_steps'))} steps its loss sits "
                 f"{N.percent(d.get('mismatch'), 2, signed=True)} from its parent's at the median "
-                f"({_v(d.get('child_median'))} vs {_v(d.get('parent_median'))}), beyond the runbook's "
-                f"{N.percent(d.get('threshold'), 0)} after the post-resume warm-up")
+                f"({_v(d.get('child_median'))} vs {_v(d.get('parent_median'))}), "
+                + (f"short of the runbook's {N.percent(bar.get('value'), 0)} after the post-resume warm-up but more than "
+                   f"half of it and {N.sig(abs(d.get('mismatch') or 0) / d['standard_error'], 2) if d.get('standard_error') else 'several'} "
+                   "standard errors from zero" if minor else
+                   f"beyond the runbook's {N.percent(d.get('threshold'), 0)} after the post-resume warm-up"))
+    decided = d.get("decided_to")
+    lasted = (f" The gap held on past the {N.count(d.get('compare_steps'))} steps that decide it, to step "
+              f"{N.count(d.get('end'))}." if isinstance(decided, int) and isinstance(d.get("end"), int) and d["end"] > decided
+              else "")
+    tail = (" Below the runbook's bar it pages nobody; it is still a resume that did not quite continue its parent."
+            if minor else " Marin's runbook compares a resumed run with its parent over 200 steps.")
     return (f"This run was resumed from {d.get('fork_parent')} at step {N.count(d.get('fork_step'))}, and both logged steps "
-            f"{N.count(d.get('start'))}–{N.count(d.get('end'))}: {what} ({N.count(d.get('rows_over'))} of "
-            f"{N.count(d.get('rows'))} compared steps past the bar). A faithful resume continues its parent's loss; one that "
-            "does not points at the restart — a wrong or partial checkpoint, optimizer state not restored, the data "
-            "loader at another position — not at the model. Marin's runbook compares a resumed run with its parent "
-            "over 200 steps.")
+            f"{N.count(d.get('start'))}–{N.count(d.get('decided_to', d.get('end')))}: {what} ({N.count(d.get('rows_over'))} "
+            f"of {N.count(d.get('rows'))} compared steps past it).{lasted} A faithful resume continues its parent's loss; "
+            "one that does not points at the restart — a wrong or partial checkpoint, optimizer state not restored, the "
+            "data loader at another position — not at the model." + tail)
+
+
+def _throughput_dip(d: dict[str, Any]) -> str:
+    short_of = (d.get("alert_bar") or {}).get("short_of") or []
+    took = N.duration(d["duration_s"]) if isinstance(d.get("duration_s"), (int, float)) else None
+    why = []
+    if "depth" in short_of:
+        why.append(f"shallower than the runbook's 20% (at worst {N.percent(1 - (d.get('worst_ratio') or 1), 0)} below)")
+    if "duration" in short_of:
+        why.append("shorter than its several 15-minute checks" + (f" ({took})" if took else ""))
+    still = " It is still under way at the last logged step." if d.get("ongoing") else ""
+    return (f"From step {N.count(d.get('start'))} to {N.count(d.get('end'))} throughput ran at "
+            f"{N.percent(d.get('ratio', 0), 0)} of its baseline before the drop ({N.count(d.get('rows'))} logged rows). "
+            f"Marin's hero runbook alerts on throughput sustained 20–30% below baseline over several checks; this slowdown "
+            f"was {' and '.join(why) or 'below that bar'}, so it pages nobody — but the run was slower here, and that is "
+            "the infrastructure (a slow node, network or storage, a preemption nearby), not the model." + still)
+
+
+def config_changes(d: dict[str, Any], limit: int = 4) -> str:
+    """A fork's config changes as words: 'optimizer.weight_decay 0 → 0.02; seed 0 → 1', or ''."""
+    c = d.get("config_changes")
+    if not isinstance(c, dict) or not c.get("count"):
+        return ""
+    parts = [f"{k} {_cfg(v[0])} → {_cfg(v[1])}" for k, v in (c.get("changed") or {}).items()]
+    parts += [f"{k} = {_cfg(v)} (new)" for k, v in (c.get("added") or {}).items()]
+    parts += [f"{k} (dropped)" for k in (c.get("removed") or {})]
+    more = c["count"] - min(len(parts), limit)
+    return "; ".join(parts[:limit]) + (f"; {N.count(more)} more" if more > 0 else "")
+
+
+def _cfg(v: Any) -> str:
+    text = N.measured(v) if isinstance(v, float) else str(v)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def _adam_drift(a: dict[str, Any]) -> str:
@@ -270,9 +320,19 @@ def headline(f: dict[str, Any]) -> str:
     elif kind == "resume_mismatch":
         text = (f"the loss after the resume at step {N.count(d.get('fork_step'))} not matching {d.get('fork_parent')}'s "
                 f"({N.percent(d.get('median_rel_diff'), 2, signed=True)})")
+    elif kind == "resume_offset":
+        text = (f"the loss after the resume at step {N.count(d.get('fork_step'))} a little off {d.get('fork_parent')}'s "
+                f"({N.percent(d.get('median_rel_diff'), 2, signed=True)}, below the runbook's bar)")
     elif kind == "throughput_collapse":
         text = (f"throughput at {N.percent(d.get('ratio'), 0)} of baseline over steps "
                 f"{N.count(d.get('start'))}–{N.count(d.get('end'))}")
+    elif kind == "throughput_dip":
+        text = (f"throughput at {N.percent(d.get('ratio'), 0)} of baseline over steps "
+                f"{N.count(d.get('start'))}–{N.count(d.get('end'))} (below the alert's bar)")
+    elif kind == "fork":
+        changes = config_changes(d, limit=2)
+        text = (f"{d.get('run')} forked from {d.get('fork_parent')} at step {N.count(d.get('fork_step'))}"
+                + (f", config changed: {changes}" if changes else ""))
     elif kind == "sustained_rise":
         text = f"the loss above 1.5× trend over steps {N.count(d.get('start'))}–{N.count(d.get('end'))}"
     elif kind in ROUTER_WHAT:
@@ -284,3 +344,23 @@ def headline(f: dict[str, Any]) -> str:
     else:
         text = f"{kind.replace('_', ' ')} in {f['metric']} {at}"
     return f"{text} [{cause}]"
+
+
+_UNDER_WAY = {"adam_drift": "drifting", "hyperball_drift": "off its hyperball", "logit_growth": "growing",
+              "throughput_collapse": "slow", "throughput_dip": "slow", "sustained_rise": "above trend",
+              "resume_mismatch": "off the parent's", "resume_offset": "off the parent's",
+              "routing_entropy_drop": "dropping", "drop_fraction_rise": "rising", "overflow_rise": "rising",
+              "router_zloss_jump": "up", "nonfinite": "non-finite"}
+
+
+def under_way_line(f: dict[str, Any]) -> str:
+    """A trend that began long before the step asked about, as context: "params/norm/…attn_gate
+    (Adam, no weight decay) already drifting since step 1,520 [optimizer]"."""
+    d, kind = f["evidence"], f["kind"]
+    since = f.get("start", d.get("start", f["step"]))
+    what = {"adam_drift": f"{roles_mod.leaf_path(f['metric'])} (Adam, no weight decay)",
+            "hyperball_drift": roles_mod.leaf_path(f["metric"]), "logit_growth": "the output logits",
+            "sustained_rise": "the loss", "resume_mismatch": "the loss", "resume_offset": "the loss",
+            "throughput_collapse": f"throughput ({N.percent(d.get('ratio'), 0)} of baseline)",
+            "throughput_dip": f"throughput ({N.percent(d.get('ratio'), 0)} of baseline)"}.get(kind, f["metric"])
+    return f"{what} already {_UNDER_WAY.get(kind, 'under way')} since step {N.count(since)} [{f['cause_class']}]"

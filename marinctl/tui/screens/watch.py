@@ -92,7 +92,7 @@ class WatchScreen(Screen):
         super().__init__()
         self.store, self.options = store, options
         self.target, self.starting, self._plan = options.target, options.starting, options.plan
-        self.remembered = settings.load(store.path)
+        self.remembered = settings.load(store.settings_key)
         early = options.early
         self.state = WatchState(params_for(self.remembered, options.view_ref),
                                 ChartState(logy_keys=frozenset(self.remembered.logy)), self._changed)
@@ -182,7 +182,7 @@ class WatchScreen(Screen):
     @on(RunFilter.Applied)
     def save_layout(self, _changed: Any = None) -> None:
         """Remember the layout, panes and run filter for this store (a new run filter too)."""
-        settings.save(self.store.path, self.state.layout(**self.panes.remembered(), run_filter=self.sidebar.expression))
+        settings.save(self.store.settings_key, self.state.layout(**self.panes.remembered(), run_filter=self.sidebar.expression))
 
     # -- what the workers post back --------------------------------------------------------------
     def on_planned(self, message: msg.Planned) -> None:

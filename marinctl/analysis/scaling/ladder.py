@@ -1,8 +1,8 @@
-"""Scaling-ladder fits: L(C) = L_inf + A*C^-alpha over rungs, predictions with bands, hero deviation.
+"""Scaling-ladder fits: L(C) = L_inf + A*C^-alpha over rungs, predictions with intervals, hero deviation.
 
 Headless: the `ladder` command and the watch TUI both read from here (the chart is
-render/ladder.py's). Fitting uses scipy; each rung's and the hero's length come from their
-schedules (analysis/schedule.py).
+render/ladder.py's). The fit and its intervals are the profile over α (profile.py); each
+rung's and the hero's length come from their schedules (analysis/schedule.py).
 """
 
 from __future__ import annotations
@@ -15,18 +15,21 @@ from typing import Any
 
 import numpy as np
 
+from marinctl.analysis.scaling.profile import Profile, profile
 from marinctl.analysis.schedule import published_schedule, schedule_of, schedule_of_target
 from marinctl.errors import UserError
 from marinctl.store import Connection
 
 HERO_COMPUTE = 2.7e24
 DEFAULT_METRIC = "eval/paloma/macro_loss"
+DEFAULT_LEVEL = 0.9
 FRACTIONS = np.round(np.arange(0.05, 1.0001, 0.05), 2)
 
 
 @dataclass
 class Fit:
-    """Fitted constants with standard errors (covariance) and a leave-one-out spread."""
+    """Fitted constants, their standard errors (the linearised covariance) and intervals at `level`
+    (the profile's), with the leave-one-point-out refits kept as a diagnostic."""
 
     L_inf: float
     A: float
@@ -36,60 +39,37 @@ class Fit:
     A_err: float = 0.0
     alpha_err: float = 0.0
     loo: list[tuple[float, float, float]] = field(default_factory=list)
+    level: float = DEFAULT_LEVEL
+    ci: dict[str, tuple[float, float]] = field(default_factory=dict)
+    profile: Profile | None = field(default=None, repr=False)
 
     def predict(self, c: Any) -> np.ndarray:
         return self.L_inf + self.A * np.asarray(c, dtype=float) ** (-self.alpha)
 
-    def band(self, c: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Lo/hi over the leave-one-rung-out refits (and the central fit)."""
-        c = np.asarray(c, dtype=float)
-        preds = [self.predict(c)] + [li + a * c ** (-al) for li, a, al in self.loo]
-        stack = np.vstack([np.atleast_1d(p) for p in preds])
-        return stack.min(axis=0), stack.max(axis=0)
+    def band(self, c: Any, level: float | None = None, *, run: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) at each compute: the interval at `level` (default the fit's) on the law's loss,
+        or with `run` on one new run's measured loss (the law's interval and a run's own scatter)."""
+        c = np.atleast_1d(np.asarray(c, dtype=float))
+        lo, hi = self.profile.interval(c, self.level if level is None else level, predictive=run)
+        return lo[0], hi[0]
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the points leave residuals to measure the noise (else the intervals are unbounded)."""
+        return self.profile is not None and self.profile.calibrated
 
     def as_dict(self) -> dict[str, Any]:
-        return {"L_inf": self.L_inf, "A": self.A, "alpha": self.alpha, "pinned": self.pinned,
-                "L_inf_err": self.L_inf_err, "A_err": self.A_err, "alpha_err": self.alpha_err,
-                "loo_refits": len(self.loo)}
+        out = {"L_inf": self.L_inf, "A": self.A, "alpha": self.alpha, "pinned": self.pinned,
+               "L_inf_err": self.L_inf_err, "A_err": self.A_err, "alpha_err": self.alpha_err,
+               "loo_refits": len(self.loo), "level": self.level}
+        for name, (lo, hi) in self.ci.items():
+            out[f"{name}_ci"] = {"lo": lo, "hi": hi}
+        return out
 
 
-def _fit_once(c: np.ndarray, y: np.ndarray, pin: float | None):
-    """One fit; an undefined covariance (as many points as constants) gives NaN errors, not a warning."""
-    import warnings
-
-    from scipy.optimize import OptimizeWarning
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", OptimizeWarning)
-        return _fit_quiet(c, y, pin)
-
-
-def _fit_quiet(c: np.ndarray, y: np.ndarray, pin: float | None):
-    from scipy.optimize import curve_fit
-
-    logc = np.log(c)
-    if pin is not None:
-        if np.any(y <= pin):
-            raise UserError(f"a loss is at or below the pinned L_inf {pin}", "pin a lower value with --pin")
-        # start from the log-linear fit of log(y - pin) on log C
-        slope, icpt = np.polyfit(logc, np.log(y - pin), 1)
-        f = lambda lc, logA, alpha: pin + np.exp(logA - alpha * lc)  # noqa: E731
-        p, cov = curve_fit(f, logc, y, p0=[icpt, -slope], maxfev=20000)
-        A = float(np.exp(p[0]))
-        perr = np.sqrt(np.abs(np.diag(cov))) if np.all(np.isfinite(cov)) else np.array([np.nan, np.nan])
-        return (pin, A, float(p[1])), (0.0, A * float(perr[0]), float(perr[1]))
-    f = lambda lc, linf, logA, alpha: linf + np.exp(logA - alpha * lc)  # noqa: E731
-    linf0 = float(y.min()) * 0.8
-    slope, icpt = np.polyfit(logc, np.log(y - linf0), 1)
-    p, cov = curve_fit(f, logc, y, p0=[linf0, icpt, max(-slope, 1e-3)], maxfev=20000,
-                       bounds=([0.0, -50, 0.0], [float(y.min()), 50, 5.0]))
-    A = float(np.exp(p[1]))
-    perr = np.sqrt(np.abs(np.diag(cov))) if np.all(np.isfinite(cov)) else np.full(3, np.nan)
-    return (float(p[0]), A, float(p[2])), (float(perr[0]), A * float(perr[1]), float(perr[2]))
-
-
-def fit_power_law(compute: Any, loss: Any, pin: float | None = None) -> Fit:
-    """Least-squares fit with parameter covariance and leave-one-rung-out refits for a band."""
+def fit_power_law(compute: Any, loss: Any, pin: float | None = None, level: float = DEFAULT_LEVEL, *,
+                  loo: bool = True) -> Fit:
+    """Least squares by the profile over α, with intervals at `level` (and leave-one-out refits)."""
     c = np.asarray(compute, dtype=float)
     y = np.asarray(loss, dtype=float)
     if len(c) < 3:
@@ -98,16 +78,55 @@ def fit_power_law(compute: Any, loss: Any, pin: float | None = None) -> Fit:
         raise UserError("compute must be positive and finite", "fix the compute column of the CSV")
     if np.any(~np.isfinite(y)):
         raise UserError("loss must be finite", "fix the loss column of the CSV")
-    (linf, A, alpha), (e0, e1, e2) = _fit_once(c, y, pin)
-    loo = []
-    if len(c) >= 4 or (pin is not None and len(c) >= 3):
-        for i in range(len(c)):
-            keep = np.arange(len(c)) != i
-            try:
-                loo.append(_fit_once(c[keep], y[keep], pin)[0])
-            except Exception:  # noqa: BLE001 — a refit that does not converge just adds no spread
-                continue
-    return Fit(linf, A, alpha, pin is not None, e0, e1, e2, loo)
+    if pin is not None and np.any(y <= pin):
+        raise UserError(f"a loss is at or below the pinned L_inf {pin}", "pin a lower value with --pin")
+    prof = profile(c, y, pin)
+    b = prof.best
+    alpha, linf = float(b["alpha"][0]), float(b["linf"][0])
+    A = float(b["a"][0] * np.exp(alpha * prof.l0[0]))
+    errs = _standard_errors(c, y, linf, A, alpha, pin)
+    ci = {k: (float(lo[0]), float(hi[0])) for k, (lo, hi) in prof.constants(level).items()}
+    return Fit(linf, A, alpha, pin is not None, *errs, loo=_leave_one_out(c, y, pin) if loo else [], level=level, ci=ci,
+               profile=prof)
+
+
+def prediction(fit: Fit, c: float) -> dict[str, Any]:
+    """One prediction as the contract gives it: the law's loss at `c` and its interval at the fit's
+    level (`lo`, `hi`), and the interval for one run's measured loss there (`run_lo`, `run_hi`)."""
+    lo, hi = fit.band(c)
+    run_lo, run_hi = fit.band(c, run=True)
+    return {"compute": c, "loss": float(fit.predict(c)), "lo": float(lo[0]), "hi": float(hi[0]),
+            "run_lo": float(run_lo[0]), "run_hi": float(run_hi[0])}
+
+
+def _standard_errors(c, y, linf, A, alpha, pin) -> tuple[float, float, float]:
+    """Standard errors from the linearised covariance s²·(JᵀJ)⁻¹ (NaN with no residuals left)."""
+    u = c ** (-alpha)
+    cols = [u, -A * np.log(c) * u] if pin is not None else [np.ones_like(c), u, -A * np.log(c) * u]
+    J = np.stack(cols, axis=1)
+    df = len(c) - J.shape[1]
+    resid = y - (linf + A * u)
+    if df < 1:
+        return (0.0 if pin is not None else float("nan")), float("nan"), float("nan")
+    try:
+        cov = np.linalg.inv(J.T @ J) * float(resid @ resid) / df
+    except np.linalg.LinAlgError:
+        return float("nan"), float("nan"), float("nan")
+    se = np.sqrt(np.abs(np.diag(cov)))
+    return (0.0, float(se[0]), float(se[1])) if pin is not None else (float(se[0]), float(se[1]), float(se[2]))
+
+
+def _leave_one_out(c: np.ndarray, y: np.ndarray, pin: float | None) -> list[tuple[float, float, float]]:
+    """Each point left out in turn, refitted (all at once), where the rest still over-determine the law."""
+    n = len(c)
+    if n - 1 < (2 if pin is not None else 3):
+        return []
+    keep = ~np.eye(n, dtype=bool)
+    cs, ys = np.stack([c[k] for k in keep]), np.stack([y[k] for k in keep])
+    prof = profile(cs, ys, pin)
+    b = prof.best
+    return [(float(li), float(a * np.exp(al * l0)), float(al))
+            for li, a, al, l0 in zip(b["linf"], b["a"], b["alpha"], prof.l0)]
 
 
 def read_points(path: str | Path) -> list[dict[str, Any]]:
@@ -178,30 +197,35 @@ def _value_at_fraction(steps: np.ndarray, vals: np.ndarray, total: int, f: float
     return float(vals[i]) if abs(steps[i] - target) <= 0.03 * total else None
 
 
-def fraction_fits(rs: list[dict[str, Any]], pin: float | None) -> list[tuple[float, Fit]]:
-    """One fit per fraction of schedule across rungs that reached it."""
-    fits = []
+def fraction_points(rs: list[dict[str, Any]]) -> list[tuple[float, list[float], list[float]]]:
+    """Per fraction of schedule, the computes and values of the rungs that reached it (three at least)."""
+    out = []
     for f in FRACTIONS:
         pts = [(r["compute"], v) for r in rs if (v := _value_at_fraction(r["steps"], r["values"], r["num_train_steps"], f)) is not None]
-        if len(pts) < 3:
-            continue
-        try:
-            fits.append((float(f), fit_power_law([p[0] for p in pts], [p[1] for p in pts], pin)))
-        except Exception:  # noqa: BLE001
-            continue
-    return fits
+        if len(pts) >= 3:
+            out.append((float(f), [p[0] for p in pts], [p[1] for p in pts]))
+    return out
 
 
-def hero_trajectory(rs, pin: float | None, hero_compute: float = HERO_COMPUTE):
-    """Predicted hero loss at each fraction: (fractions, lo, mid, hi)."""
-    fits = fraction_fits(rs, pin)
-    if not fits:
+def hero_trajectory(rs, pin: float | None, hero_compute: float = HERO_COMPUTE, level: float = DEFAULT_LEVEL):
+    """Predicted hero loss at each fraction: (fractions, lo, mid, hi), a fit across the rungs per
+    fraction, lo–hi the interval at `level` for one run's loss there (the hero is one run, with its
+    own scatter, not the law itself). Fractions the same rungs reached are fitted together."""
+    groups: dict[tuple[float, ...], list[tuple[float, list[float]]]] = {}
+    for f, c, y in fraction_points(rs):
+        if pin is not None and min(y) <= pin:
+            continue                                # a fraction the pin cannot fit has no band
+        groups.setdefault(tuple(c), []).append((f, y))
+    rows = []
+    for c, members in groups.items():
+        prof = profile(list(c), [y for _, y in members], pin)
+        mid = prof.predict([hero_compute])[:, 0]
+        lo, hi = prof.interval([hero_compute], level, predictive=True)
+        rows += [(f, lo[i, 0], mid[i], hi[i, 0]) for i, (f, _) in enumerate(members)]
+    if not rows:
         return None
-    fr = np.array([f for f, _ in fits])
-    mid = np.array([float(fit.predict(hero_compute)) for _, fit in fits])
-    bands = [fit.band(hero_compute) for _, fit in fits]
-    lo = np.array([float(b[0][0]) for b in bands])
-    hi = np.array([float(b[1][0]) for b in bands])
+    rows.sort()
+    fr, lo, mid, hi = (np.array(col, dtype=float) for col in zip(*rows))
     return fr, lo, mid, hi
 
 
@@ -217,17 +241,19 @@ def hero_steps(con: Connection) -> int:
     return int(total or published_schedule("hero").total_steps)
 
 
-def predicted_band(con: Connection, metric: str, pin: float | None = 1.6) -> dict | None:
-    """For watch: {'steps','lo','mid','hi'} over the hero's steps, or None when no rungs are synced."""
+def predicted_band(con: Connection, metric: str, pin: float | None = 1.6,
+                   level: float = DEFAULT_LEVEL) -> dict | None:
+    """{'steps','compute','lo','mid','hi'} over the hero's steps (compute: spent by that step), or
+    None when fewer than three rungs are synced."""
     rs = [r for r in rung_series(con, metric) if len(r["steps"])]
     if len(rs) < 3:
         return None
-    traj = hero_trajectory(rs, pin)
+    traj = hero_trajectory(rs, pin, level=level)
     if traj is None:
         return None
     fr, lo, mid, hi = traj
     steps = np.round(fr * hero_steps(con)).astype(np.int64)
-    return {"steps": steps, "lo": lo, "mid": mid, "hi": hi}
+    return {"steps": steps, "compute": fr * HERO_COMPUTE, "lo": lo, "mid": mid, "hi": hi}
 
 
 def hero_deviation(con: Connection, metric: str, band: dict | None) -> dict | None:

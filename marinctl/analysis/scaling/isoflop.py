@@ -18,8 +18,12 @@ The method is Marin's (Chinchilla's "approach 2"):
 - N* at T*: log10(params) is linear in log10(tokens) within a budget (N ∝ C/T), so it is read off
   the least-squares line through the budget's runs (Marin's `isoflop_analysis` module takes the nearest run's);
 - T*(C) = coef·C^exponent and N*(C) likewise, by a line in log10–log10 (`fit_scaling_laws`), with
-  standard errors; L(C) = L∞ + A·C^−α through the optima (analysis/ladder.py's fit, `--pin L∞` as
+  standard errors; L(C) = L∞ + A·C^−α through the optima (ladder.py's fit, `--pin L∞` as
   Marin pins 1.6: experiments/grug/moe/README.md, issue #4447).
+Intervals at a level (default 90%): each budget's optimum by the profile of its parabola
+(parabola.py: Fieller's interval for T*, N* read off the same line at its ends, L* by the
+profile), each exponent by Student's t on the log–log line, L(C)'s constants and predictions by
+ladder.py's profile.
 Pure: run records and their series in, numbers out (`points_from_store` does the reading).
 """
 
@@ -32,7 +36,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from marinctl.analysis.ladder import Fit, fit_power_law
+from marinctl.analysis.scaling.ladder import DEFAULT_LEVEL, Fit, fit_power_law, prediction
 from marinctl.errors import UserError
 
 DEFAULT_METRIC = "eval/paloma/macro_loss"
@@ -69,6 +73,8 @@ class Budget:
     loss: float | None = None
     bracketed: bool = False
     note: str | None = None   # why the optimum is not used (too few runs, no minimum, not bracketed)
+    lo: dict[str, float | None] = field(default_factory=dict)   # the optimum's interval: tokens, params, loss
+    hi: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def used(self) -> bool:
@@ -77,7 +83,8 @@ class Budget:
     def as_dict(self) -> dict[str, Any]:
         lo, hi = (min(p.tokens for p in self.points), max(p.tokens for p in self.points)) if self.points else (None, None)
         return {"compute": self.compute, "runs": len(self.points),
-                "optimum": {"tokens": self.tokens, "params": self.params, "loss": self.loss},
+                "optimum": {"tokens": self.tokens, "params": self.params, "loss": self.loss,
+                            "lo": self.lo or None, "hi": self.hi or None},
                 "bracketed": self.bracketed, "used_in_fit": self.used, "note": self.note,
                 "tokens_range": [lo, hi],
                 "parabola": None if self.coeffs is None else dict(zip(("a", "b", "c"), self.coeffs)),
@@ -93,13 +100,16 @@ class LogLine:
     exponent: float
     coef_err: float | None = None
     exponent_err: float | None = None
+    lo: float | None = None          # the exponent's interval at `level` (None: too few budgets)
+    hi: float | None = None
+    level: float = DEFAULT_LEVEL
 
     def __call__(self, c: float) -> float:
         return self.coef * c ** self.exponent
 
     def as_dict(self) -> dict[str, Any]:
         return {"coef": self.coef, "exponent": self.exponent, "coef_err": self.coef_err,
-                "exponent_err": self.exponent_err}
+                "exponent_err": self.exponent_err, "lo": self.lo, "hi": self.hi, "level": self.level}
 
 
 @dataclass
@@ -118,8 +128,7 @@ class Analysis:
                                    "tokens": self.tokens_opt(c) if self.tokens_opt else None,
                                    "params": self.params_opt(c) if self.params_opt else None}
             if self.fit is not None:
-                lo, hi = self.fit.band(c)
-                row.update(loss=float(self.fit.predict(c)), lo=float(lo[0]), hi=float(hi[0]))
+                row.update(prediction(self.fit, c))
             out.append(row)
         return out
 
@@ -178,8 +187,8 @@ def point_of(run: dict[str, Any], tokens: float | None, loss: float | None) -> t
 
 # --- per budget ---------------------------------------------------------------------------------
 
-def fit_budget(compute: float, points: list[Point]) -> Budget:
-    """The budget's parabola in log10(tokens) and its minimum (see the module doc)."""
+def fit_budget(compute: float, points: list[Point], level: float = DEFAULT_LEVEL) -> Budget:
+    """The budget's parabola in log10(tokens), its minimum and that's interval (see the module doc)."""
     b = Budget(compute, sorted(points, key=lambda p: p.tokens))
     x = np.log10([p.tokens for p in b.points])
     y = np.array([p.loss for p in b.points], dtype=float)
@@ -194,10 +203,13 @@ def fit_budget(compute: float, points: list[Point]) -> Budget:
     xs = -a1 / (2 * a2)
     b.tokens, b.loss = float(10 ** xs), float(a2 * xs * xs + a1 * xs + a0)
     with_params = [(px, p.params) for px, p in zip(x, b.points) if p.params is not None]
+    params_at = None
     if len(with_params) >= 2:
         px, pn = np.array([w[0] for w in with_params]), np.log10([w[1] for w in with_params])
         slope, icpt = np.polyfit(px, pn, 1)
-        b.params = float(10 ** (icpt + slope * xs))
+        params_at = lambda at: 10 ** (icpt + slope * at)  # noqa: E731
+        b.params = float(params_at(xs))
+    _budget_interval(b, x, y, level, params_at)
     b.bracketed = bool(x.min() <= xs <= x.max())
     if not b.bracketed:
         side = "above" if xs > x.max() else "below"
@@ -206,38 +218,64 @@ def fit_budget(compute: float, points: list[Point]) -> Budget:
     return b
 
 
-def loglog(c: Sequence[float], y: Sequence[float]) -> LogLine | None:
-    """coef·C^exponent through the points (log10–log10 least squares), None under two points."""
+def _budget_interval(b: Budget, x: np.ndarray, y: np.ndarray, level: float, params_at) -> None:
+    """The optimum's interval at `level` (parabola.py); N* at the ends of T*'s (its line is monotone;
+    an unbounded end stays unbounded, 0 or ∞)."""
+    from marinctl.analysis.scaling.parabola import vertex_intervals
+
+    if len(x) <= 3:
+        return
+    got = {k: float(v[0]) for k, v in vertex_intervals(x, y, level).items()}
+    if math.isnan(got["x_lo"]):
+        return
+    b.lo = {"tokens": 10 ** got["x_lo"], "params": None, "loss": got["loss_lo"]}
+    b.hi = {"tokens": 10 ** got["x_hi"], "params": None, "loss": got["loss_hi"]}
+    if params_at is not None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            ends = sorted(float(params_at(np.float64(e))) for e in (got["x_lo"], got["x_hi"]))
+        b.lo["params"], b.hi["params"] = ends
+
+
+def loglog(c: Sequence[float], y: Sequence[float], level: float = DEFAULT_LEVEL) -> LogLine | None:
+    """coef·C^exponent through the points (log10–log10 least squares), with standard errors and
+    the exponent's Student-t interval at `level` from three points on; None under two points."""
     if len(c) < 2:
         return None
-    from scipy.stats import linregress
-
     lc, ly = np.log10(np.asarray(c, float)), np.log10(np.asarray(y, float))
     if len(c) == 2:
         slope = (ly[1] - ly[0]) / (lc[1] - lc[0])
-        return LogLine(float(10 ** (ly[0] - slope * lc[0])), float(slope))
-    r = linregress(lc, ly)
-    coef = float(10 ** r.intercept)
-    return LogLine(coef, float(r.slope), float(coef * math.log(10) * r.intercept_stderr), float(r.stderr))
+        return LogLine(float(10 ** (ly[0] - slope * lc[0])), float(slope), level=level)
+    from scipy.special import stdtrit
+
+    slope, icpt = (float(v) for v in np.polyfit(lc, ly, 1))
+    df = len(lc) - 2
+    sxx = float(((lc - lc.mean()) ** 2).sum())
+    s2 = float(((ly - (icpt + slope * lc)) ** 2).sum()) / df
+    slope_err, icpt_err = math.sqrt(s2 / sxx), math.sqrt(s2 * (1 / len(lc) + lc.mean() ** 2 / sxx))
+    coef = float(10 ** icpt)
+    t = float(stdtrit(df, 0.5 + level / 2))
+    return LogLine(coef, slope, coef * math.log(10) * icpt_err, slope_err, slope - t * slope_err, slope + t * slope_err,
+                   level)
 
 
 # --- the whole sweep ----------------------------------------------------------------------------
 
-def analyze(points: list[Point], *, pin: float | None = None, skipped: list[dict[str, str]] | None = None) -> Analysis:
-    """Budgets, their optima and the three scaling fits."""
+def analyze(points: list[Point], *, pin: float | None = None, skipped: list[dict[str, str]] | None = None,
+            level: float = DEFAULT_LEVEL) -> Analysis:
+    """Budgets, their optima and the three scaling fits, with intervals at `level`."""
     by_budget: dict[float, list[Point]] = {}
     for p in points:
         by_budget.setdefault(p.compute, []).append(p)
-    budgets = [fit_budget(c, ps) for c, ps in sorted(by_budget.items())]
+    budgets = [fit_budget(c, ps, level) for c, ps in sorted(by_budget.items())]
     used = [b for b in budgets if b.used]
-    out = Analysis(budgets, loglog([b.compute for b in used], [b.tokens for b in used]),
-                   loglog([b.compute for b in used if b.params], [b.params for b in used if b.params]),
+    out = Analysis(budgets, loglog([b.compute for b in used], [b.tokens for b in used], level),
+                   loglog([b.compute for b in used if b.params], [b.params for b in used if b.params], level),
                    None, list(skipped or []))
     for b in budgets:
         if b.note:
             out.notes.append(f"budget {b.compute:.3g}: {b.note}")
     if len(used) >= 3:
-        out.fit = fit_power_law([b.compute for b in used], [b.loss for b in used], pin)
+        out.fit = fit_power_law([b.compute for b in used], [b.loss for b in used], pin, level)
     else:
         out.notes.append(f"{len(used)} budget(s) with a bracketed optimum: L(C) needs 3")
     return out
