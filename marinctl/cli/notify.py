@@ -63,14 +63,15 @@ def rules_of(*, follow: bool, preset: str | None = None):
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh])\s*$")
 
 
-def digest_of(text: str | None, *, follow: bool) -> float | None:
-    """`--digest DURATION` (`30s`, `10m`, `1h`) in seconds (exit 2 on anything else, or without --follow)."""
+def digest_of(text: str | None, *, follow: bool, command: str = "marinctl sync hero --follow") -> float | None:
+    """`--digest DURATION` (`30s`, `10m`, `1h`) in seconds (exit 2 on anything else, or without --follow);
+    `command`: what the hint shows it on."""
     from marinctl.errors import UserError
     from marinctl.text import inert
 
     if text is None:
         return None
-    hint = "marinctl sync hero --follow --digest 10m   (Ns, Nm or Nh)"
+    hint = f"{command} --digest 10m   (Ns, Nm or Nh)"
     if not follow:
         raise UserError("--digest is sent while following: add --follow", hint)
     m = _DURATION.match(text)

@@ -37,13 +37,22 @@ def watch(
     interval: Annotated[float, typer.Option("--interval", help="Seconds between background syncs.")] = 30.0,
     notify: Annotated[Optional[list[str]], typer.Option(
         "--notify", metavar="SINK", help="Send each new alert (also shown on screen) to SINK — desktop (notify-send), "
-        "webhook=URL, slack=URL, discord=URL or exec=COMMAND (JSON on stdin); repeatable. Rules: <home>/alerts.toml.")] = None,
+        "webhook=URL, slack=URL, discord=URL, exec=COMMAND (JSON on stdin), pushover=USER_KEY or ntfy=URL; "
+        "KIND@LEVEL takes that priority and up; repeatable. Rules: <home>/alerts.toml.")] = None,
+    preset: Annotated[Optional[str], typer.Option("--preset", metavar="NAME", help=(
+        "Add a shipped preset's rules to what the follow raises (marin-hero: Marin's hero-monitor thresholds; "
+        "`marinctl alerts --preset marin-hero --show` prints them)."))] = None,
+    digest: Annotated[Optional[str], typer.Option("--digest", metavar="DURATION", help=(
+        "Every DURATION (30s, 10m, 1h) one low-priority line per followed run — step, steps/s, ETA, loss against "
+        "its trend, alerts since the last — on screen and to the sinks; says when a run went silent."))] = None,
 ) -> None:
     if not interval > 0:
         raise UserError(f"--interval must be a positive number of seconds, not {interval}", "try `marinctl watch --interval 30`")
-    from marinctl.cli.notify import rules_of, sinks_of
+    from marinctl.cli.notify import digest_of, rules_of, sinks_of
 
-    sinks, rules = sinks_of(notify, follow=True, tui=True), rules_of(follow=True)   # bad input: exit 2 before the screen
+    # bad input: exit 2 before the screen
+    sinks, rules = sinks_of(notify, follow=True, tui=True), rules_of(follow=True, preset=preset)
+    digest_s = digest_of(digest, follow=True, command="marinctl watch hero")
     if not (sys.stdin.isatty() and sys.stdout.isatty()) and os.environ.get("TEXTUAL_DRIVER") != WEB_DRIVER:
         raise UserError("watch needs an interactive terminal", "for scripts and pipes use `marinctl plot KEY [--run RUN]`")
     # numpy's OpenBLAS starts a thread per core that spins after each call; watch's arrays are small
@@ -61,11 +70,12 @@ def watch(
     from marinctl.tui.options import WatchOptions
 
     plan = early.plan()    # bad TARGETs fail here with exit 2, before the screen opens
-    if sinks and not plan[1]:
+    asked = [name for name, given in (("--notify", sinks), ("--preset", preset), ("--digest", digest)) if given]
+    if asked and not plan[1]:
         early.stop()
-        raise UserError("--notify sends the alerts watch raises while it follows a run, and this view follows none"
-                        " (the store as is)", "name what to follow: marinctl watch TARGET --notify … (a W&B run, a wandb/ dir)")
-    run_watch(WatchOptions(target, interval, plan=plan, first_read=early, rules=rules, sinks=sinks))
+        raise UserError(f"{asked[0]} acts on what watch follows, and this view follows no run (the store as is)",
+                        f"name what to follow: marinctl watch TARGET {asked[0]} … (a W&B run, a wandb/ dir)")
+    run_watch(WatchOptions(target, interval, plan=plan, first_read=early, rules=rules, sinks=sinks, digest_s=digest_s))
 
 
 def plot(

@@ -6,7 +6,8 @@ kept in the store, so a `sync --follow` beside watch never sends one twice) to t
 alerts are posted back (`AlertsRaised`), a failed pass or delivery as a `FollowStatus` problem.
 It runs in Live's threads (tui/live.py), never on the UI thread: after each W&B poll
 (`after_sync`), and beside a local tail in a loop of its own (`tail`). `--notify` sinks get the
-alerts from FollowAlerts' own delivery threads.
+alerts from FollowAlerts' own delivery threads; with `--digest` its digest lines are posted back
+(`DigestTold`) as they are sent.
 
 `AlertToasts` says each new alert once on screen (UI thread): the ones this watch raised, and
 those a `sync --follow` beside it stored for the run on screen (read with the view). Titles and
@@ -19,6 +20,7 @@ import threading
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
+from marinctl.analysis.alerts import priority
 from marinctl.text import inert
 from marinctl.tui import messages as msg
 
@@ -37,8 +39,10 @@ TOAST_S = 20.0             # an alert stays on screen this long
 class AlertPasses:
     """FollowAlerts run after watch's sync passes, in the threads that ran them, said to `node`."""
 
-    def __init__(self, node: DOMNode, store: Store, rules: Rules | None, sinks: Sequence = ()) -> None:
+    def __init__(self, node: DOMNode, store: Store, rules: Rules | None, sinks: Sequence = (),
+                 digest_s: float | None = None) -> None:
         self._node, self._store, self._rules, self._sinks = node, store, rules, list(sinks)
+        self._digest_s = digest_s
         self._alerts: FollowAlerts | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -89,12 +93,14 @@ class AlertPasses:
                 self._alerts = FollowAlerts(self._store, self._rules, self._sinks,
                                             said=lambda new: self._node.post_message(msg.AlertsRaised(new)),
                                             problem=lambda text: self._node.post_message(
-                                                msg.FollowStatus(text, problem=True)))
+                                                msg.FollowStatus(text, problem=True)),
+                                            digest_s=self._digest_s,
+                                            told=lambda lines: self._node.post_message(msg.DigestTold(lines)))
             return self._alerts
 
 
 class AlertToasts:
-    """Each alert fired since watch started, said once as a notification."""
+    """Each alert fired since watch started, said once as a notification; the digests as they go."""
 
     def __init__(self, notify: Callable[..., Any]) -> None:
         self._notify = notify
@@ -107,16 +113,22 @@ class AlertToasts:
         for a in sorted(fresh, key=lambda a: a["alert_id"]):
             self._said.add(a["alert_id"])
             self._notify(toast_text(a), title=inert(a.get("title"), single_line=True)[:200] or "alert",
-                         severity="error" if a.get("severity") == "high" else "warning", timeout=TOAST_S,
+                         severity="error" if priority.of(a) in ("high", "emergency") else "warning", timeout=TOAST_S,
                          markup=False)
         return len(fresh)
 
+    def digest(self, lines: Sequence[str]) -> None:
+        """`--digest`'s lines as one quiet notification (W&B's run names inert)."""
+        if lines:
+            self._notify("\n".join(inert(line, single_line=True)[:300] for line in lines), title="digest",
+                         severity="information", timeout=TOAST_S, markup=False)
+
 
 def toast_text(alert: dict[str, Any]) -> str:
-    """Cause class, severity and where, then the command that explains it (untrusted names inert)."""
+    """Priority, cause class, severity and where, then the command that explains it (untrusted names inert)."""
     where = f" · {inert(alert['metric'], single_line=True)[:80]}" if alert.get("metric") else ""
     run = inert(alert.get("run_id") or alert.get("run_uid") or "", single_line=True)[:80]
-    return (f"{alert.get('cause_class')} · {alert.get('severity')}{where} · {run}\n"
+    return (f"{priority.of(alert)} · {alert.get('cause_class')} · {alert.get('severity')}{where} · {run}\n"
             f"{inert(alert.get('command'), single_line=True)}")
 
 

@@ -95,6 +95,13 @@ class FollowStatus(Message):
 
 
 @dataclass
+class DigestTold(Message):
+    """`--digest`'s lines, one per followed run that moved, as the follow sent them to the sinks."""
+
+    lines: list[str]
+
+
+@dataclass
 class PaneLoaded(Message):
     """The run pane's overview, config and summary (views.run_panes.RunPane)."""
 

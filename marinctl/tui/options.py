@@ -35,8 +35,8 @@ class WatchOptions:
     being started (`marinctl demo`'s "starting the rung1 proxy…"), shown until the target has a run
     to show; `plan`: `plan_watch`'s answer when the caller already has it (the CLI checks TARGET
     before the screen opens) and `first_read`, that read already started (tui/first_read.py);
-    `rules`, `sinks`: what alerts the follow raises besides the built-in ones (`<home>/alerts.toml`)
-    and where they go (`--notify`)."""
+    `rules`, `sinks`: what alerts the follow raises besides the built-in ones (`<home>/alerts.toml`,
+    `--preset`) and where they go (`--notify`); `digest_s`: `--digest`'s interval in seconds."""
 
     target: str | None = None
     interval: float = 30.0
@@ -48,6 +48,7 @@ class WatchOptions:
     first_read: FirstRead | None = None
     rules: Rules | None = None
     sinks: tuple = field(default=())
+    digest_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "interval", max(MIN_INTERVAL_S, float(self.interval)))

@@ -101,7 +101,7 @@ class WatchScreen(Screen):
         self.live = Live(self, store, options.sync_fn, interval=options.interval, autosync=options.autosync,
                          early=early, shown_version=lambda: self._version,
                          busy=lambda: self.loader.loading or self.state.view is None,
-                         alerts=AlertPasses(self, store, options.rules, options.sinks))
+                         alerts=AlertPasses(self, store, options.rules, options.sinks, options.digest_s))
         self.toasts = AlertToasts(self.notify)
         self._version: Any = None
         self._keys_after_first = False     # list the run's keys once the first frame is up
@@ -310,6 +310,9 @@ class WatchScreen(Screen):
             self.notify(message.error, title="sync", severity="warning", markup=False)
         self._last_error = message.error
         self.header.redraw()
+
+    def on_digest_told(self, message: msg.DigestTold) -> None:
+        self.toasts.digest(message.lines)
 
     def on_alerts_raised(self, message: msg.AlertsRaised) -> None:
         self.toasts.show(message.alerts)
