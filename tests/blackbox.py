@@ -80,6 +80,23 @@ def leet_summary(path: Path) -> dict[str, Any]:
 
 # --- reading marinctl's output ------------------------------------------------------------------
 
+def in_process(*args: str) -> tuple[int, str, str]:
+    """`marinctl ARGS` through the CLI's own entry point in this process (the `cli` fixture; a lake's
+    reader on another "machine", whose DuckDB has its extensions loaded once): (exit code, stdout, stderr)."""
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from marinctl.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return code, out.getvalue(), err.getvalue()
+
+
 def run_cli(cli, *args: str, ok: bool = True) -> tuple[int, str, str]:
     code, out, err = cli(*args)
     if ok:

@@ -95,22 +95,9 @@ def store(tmp_path):
 @pytest.fixture
 def cli(tmp_path):
     """Run marinctl's main() in-process; returns (exit_code, stdout, stderr)."""
-    import io
-    from contextlib import redirect_stderr, redirect_stdout
+    from tests.blackbox import in_process
 
-    from marinctl.cli import main
-
-    def run(*args: str) -> tuple[int, str, str]:
-        out, err = io.StringIO(), io.StringIO()
-        code = 0
-        with redirect_stdout(out), redirect_stderr(err):
-            try:
-                main(list(args))
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        return code, out.getvalue(), err.getvalue()
-
-    return run
+    return in_process
 
 
 # --- GPU: hidden from every test, unless a test is marked `gpu` --------------------------

@@ -19,6 +19,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from tests.blackbox import in_process
+
 _NAMES = itertools.count(1)
 
 
@@ -153,24 +155,6 @@ class S3Server:
 
     def stop(self) -> None:
         self._server.stop()
-
-
-def in_process(*args: str) -> tuple[int, str, str]:
-    """`marinctl ARGS` through the CLI's own entry point in this process, as the `cli` fixture runs it:
-    a reader on another "machine" whose DuckDB (extensions loaded once) serves many reads cheaply."""
-    import io
-    from contextlib import redirect_stderr, redirect_stdout
-
-    from marinctl.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            main(list(args))
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    return code, out.getvalue(), err.getvalue()
 
 
 def init_lake(url: str, data) -> None:

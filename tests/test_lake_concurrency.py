@@ -231,7 +231,7 @@ def served(tmp_path_factory):
 
 def _exports(url: str, data, home) -> dict[str, str]:
     """Each run's `export` as a reader on another machine prints it."""
-    from tests.lake import in_process
+    from tests.blackbox import in_process
 
     out = {}
     for run_id in (PARQUET_RUN, WINDOWS_RUN):
@@ -312,7 +312,7 @@ def test_two_machines_syncing_two_runs_at_once_intern_each_key_once(pg_cluster, 
              for run_id in (PARQUET_RUN, WINDOWS_RUN)]
     for proc in procs:
         assert proc.wait(timeout=WAIT_S * 3) == 0, proc.stderr.read()[-2000:]
-    from tests.lake import in_process
+    from tests.blackbox import in_process
 
     code, out, err = in_process("--home", str(tmp_path / "reader"), "--store", url, "--store-data", str(data), "sql",
                                 "SELECT key FROM metric_keys GROUP BY key HAVING count(*) > 1", "--json")
@@ -325,7 +325,7 @@ def test_a_lake_with_its_data_on_s3_reads_back_exact(pg_cluster, served, tmp_pat
     endpoint from the AWS variables): DuckLake's files land in the bucket, W&B's exported parts
     are written as long rows there (no part file stays on the writer's disk), and a reader on
     another machine exports what a clean embedded mirror does."""
-    from tests.lake import S3Server, in_process
+    from tests.lake import S3Server
 
     s3 = S3Server().start()
     try:

@@ -17,7 +17,8 @@ import os
 import pytest
 
 from tests.blackbox import marinctl_run, sync_served
-from tests.lake import in_process, init_lake
+from tests.blackbox import in_process
+from tests.lake import init_lake
 
 E, P = "synthetic-lab", "lake-synthetic"
 LONG, SHORT = "lake-long-synthetic", "lake-short-synthetic"

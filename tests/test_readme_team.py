@@ -17,7 +17,7 @@ import re
 import shlex
 
 from tests.blackbox import ROOT
-from tests.lake import in_process
+from tests.blackbox import in_process
 
 
 def team_block() -> list[str]:

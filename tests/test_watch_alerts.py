@@ -5,8 +5,8 @@ incidents shaped by tests/fakes/incidents.py): what it logged before watch start
 nothing; an optimizer co-spike that arrives while watching shows as one notification naming its
 cause class and `marinctl explain step N --run RUN`, one ⚑ on the loss chart, and one POST on a
 loopback webhook (tests/fakes/webhook_receiver.py). An alert another follower stored is said
-too, with a hostile run name inert. `watch --notify` takes the SINKs `sync` takes, with the same
-exit-2 errors, through the real CLI. Waits are bounded; nothing asserts how fast.
+too, with a hostile run name inert. `watch --notify` takes the SINKs `sync` takes, and `--preset` and
+`--digest` too, with the same exit-2 errors, through the real CLI. Waits are bounded; nothing asserts how fast.
 """
 
 from __future__ import annotations
@@ -174,20 +174,23 @@ def run_uid(con, run_id: str) -> str:
     return resolve_run(con, run_id)["uid"]
 
 
-@pytest.mark.parametrize("args, said", [
-    (["--notify", "pager"], "unknown --notify sink 'pager'"),
-    (["--notify", "webhook="], "--notify webhook= needs a URL"),
-    (["--notify", "slack=ftp://hooks.example/x"], "needs an http(s) URL"),
-    (["--notify", "desktop=yes"], "--notify desktop takes no value"),
+@pytest.mark.parametrize("args, said, hint", [
+    (["--notify", "pager"], "unknown --notify sink 'pager'", "--notify"),
+    (["--notify", "webhook="], "--notify webhook= needs a URL", "--notify"),
+    (["--notify", "slack=ftp://hooks.example/x"], "needs an http(s) URL", "--notify"),
+    (["--notify", "desktop=yes"], "--notify desktop takes no value", "--notify"),
+    (["--preset", "marin-villain"], "marin-villain", "--preset"),
+    (["--digest", "5x"], "--digest takes a duration", "marinctl watch hero --digest 10m"),
+    (["--digest", "0s"], "--digest takes a duration", "marinctl watch hero --digest 10m"),
 ])
-def test_watch_notify_says_what_is_wrong(args, said, _isolated_home):
+def test_watch_alert_options_say_what_is_wrong(args, said, hint, _isolated_home):
     env = {**os.environ, "MARINCTL_HOME": str(_isolated_home)}
     done = subprocess.run(MARINCTL + ["watch", *args], env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=60, stdin=subprocess.DEVNULL)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert said in lines[0] and len(lines) <= 2 and "Traceback" not in done.stderr, done.stderr
-    assert "--notify" in lines[-1]                                   # the next thing to type
+    assert hint in lines[-1], done.stderr                            # the next thing to type
 
 
 def test_a_bad_rule_file_is_said_before_watch_opens(_isolated_home):

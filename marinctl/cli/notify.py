@@ -10,9 +10,20 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Any, Sequence
+from typing import Annotated, Any, Optional, Sequence
+
+import typer
 
 from marinctl.cli import output
+
+# the on-call options `sync --follow` and `watch` both take
+Preset = Annotated[Optional[str], typer.Option("--preset", metavar="NAME", help=(
+    "Add a shipped preset's rules to what the follow raises (marin-hero: Marin's hero-monitor thresholds; "
+    "`marinctl alerts --preset marin-hero --show` prints them)."))]
+Digest = Annotated[Optional[str], typer.Option("--digest", metavar="DURATION", help=(
+    "While following, every DURATION (30s, 10m, 1h) one low-priority line per followed run — step, steps/s, ETA, "
+    "loss against its trend, alerts since the last — said (stderr; watch: on screen) and sent to the sinks; "
+    "says when a run went silent."))]
 
 
 def sinks_of(specs: Sequence[str] | None, *, follow: bool, tui: bool = False) -> list:

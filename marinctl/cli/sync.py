@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from marinctl.cli import output
+from marinctl.cli.notify import Digest, Preset
 
 
 def register(app: typer.Typer) -> None:
@@ -32,12 +33,8 @@ def sync(
         "--notify", metavar="SINK", help="With --follow: send each new alert to SINK — desktop, webhook=URL, slack=URL, "
         "discord=URL, exec=COMMAND (JSON on stdin), pushover=USER_KEY or ntfy=URL; KIND@LEVEL takes that priority "
         "and up (slack@high=URL); repeatable. Rules: <home>/alerts.toml.")] = None,
-    preset: Annotated[Optional[str], typer.Option("--preset", metavar="NAME", help=(
-        "With --follow: add a shipped preset's rules (marin-hero: Marin's hero-monitor thresholds; "
-        "`marinctl alerts --preset marin-hero --show` prints them)."))] = None,
-    digest: Annotated[Optional[str], typer.Option("--digest", metavar="DURATION", help=(
-        "With --follow: every DURATION (30s, 10m, 1h) one low-priority line per followed run — step, steps/s, ETA, "
-        "loss against its trend, alerts since the last — on stderr and to the sinks; says when a run went silent."))] = None,
+    preset: Preset = None,
+    digest: Digest = None,
     where: Annotated[Optional[str], typer.Option("--where", metavar="EXPR", help=(
         "With ENTITY/PROJECT: fetch only the runs matching EXPR (as `runs --where`: cfg.KEY>=X, group~REGEX, "
         "state:running, tag:T, name~REGEX; -term negates)."))] = None,

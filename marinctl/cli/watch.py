@@ -15,6 +15,7 @@ from typing import Annotated, Optional
 import typer
 
 from marinctl.cli import complete
+from marinctl.cli.notify import Digest, Preset
 from marinctl.errors import UserError
 
 # textual-serve runs each tab's watch with pipes for a terminal and this driver speaking to the
@@ -39,12 +40,8 @@ def watch(
         "--notify", metavar="SINK", help="Send each new alert (also shown on screen) to SINK — desktop (notify-send), "
         "webhook=URL, slack=URL, discord=URL, exec=COMMAND (JSON on stdin), pushover=USER_KEY or ntfy=URL; "
         "KIND@LEVEL takes that priority and up; repeatable. Rules: <home>/alerts.toml.")] = None,
-    preset: Annotated[Optional[str], typer.Option("--preset", metavar="NAME", help=(
-        "Add a shipped preset's rules to what the follow raises (marin-hero: Marin's hero-monitor thresholds; "
-        "`marinctl alerts --preset marin-hero --show` prints them)."))] = None,
-    digest: Annotated[Optional[str], typer.Option("--digest", metavar="DURATION", help=(
-        "Every DURATION (30s, 10m, 1h) one low-priority line per followed run — step, steps/s, ETA, loss against "
-        "its trend, alerts since the last — on screen and to the sinks; says when a run went silent."))] = None,
+    preset: Preset = None,
+    digest: Digest = None,
 ) -> None:
     if not interval > 0:
         raise UserError(f"--interval must be a positive number of seconds, not {interval}", "try `marinctl watch --interval 30`")

@@ -19,7 +19,7 @@ import os
 import re
 
 from marinctl import __version__
-from marinctl.sources.webhook import where
+from marinctl.sources.webhook import failed, where
 
 DEFAULT_URL = "https://api.pushover.net"
 TOKEN_ENV, URL_ENV = "PUSHOVER_APP_TOKEN", "PUSHOVER_API_URL"
@@ -70,12 +70,8 @@ def _post(url: str, form: dict[str, str | int], timeout: float, headers: dict[st
     try:
         with httpx.Client(timeout=httpx.Timeout(timeout), follow_redirects=False) as client:
             reply = client.post(url, data={k: str(v) for k, v in form.items()}, headers=hdrs)
-    except httpx.TimeoutException:
-        return f"no answer from {where(url)} within {timeout:g} s"
-    except httpx.ConnectError:
-        return f"cannot connect to {where(url)}"
     except httpx.HTTPError as exc:
-        return f"{type(exc).__name__} talking to {where(url)}"
+        return failed(url, exc, timeout)
     if not 200 <= reply.status_code < 300:
         return f"{where(url)} answered HTTP {reply.status_code}"
     try:

@@ -20,6 +20,17 @@ def where(url: str) -> str:
     return f"{host}:{parts.port}" if parts.port else host
 
 
+def failed(url: str, exc: Exception, timeout: float) -> str:
+    """Why a request to `url` got no answer, naming its host only (httpx's error as words)."""
+    import httpx
+
+    if isinstance(exc, httpx.TimeoutException):
+        return f"no answer from {where(url)} within {timeout:g} s"
+    if isinstance(exc, httpx.ConnectError):
+        return f"cannot connect to {where(url)}"
+    return f"{type(exc).__name__} talking to {where(url)}"
+
+
 def post_json(url: str, body: bytes, *, timeout: float, headers: dict[str, str] | None = None) -> str | None:
     """POST `body` (JSON) to `url` (with `headers` besides the JSON ones); None when the server
     accepted it (2xx), else why not, in words that name neither the URL's path nor its query."""
@@ -30,12 +41,8 @@ def post_json(url: str, body: bytes, *, timeout: float, headers: dict[str, str] 
         with httpx.Client(timeout=httpx.Timeout(timeout), follow_redirects=False) as client:
             with client.stream("POST", url, content=body, headers=headers) as reply:
                 status = reply.status_code
-    except httpx.TimeoutException:
-        return f"no answer from {where(url)} within {timeout:g} s"
-    except httpx.ConnectError:
-        return f"cannot connect to {where(url)}"
     except httpx.HTTPError as exc:
-        return f"{type(exc).__name__} talking to {where(url)}"
+        return failed(url, exc, timeout)
     if 200 <= status < 300:
         return None
     return f"{where(url)} answered HTTP {status}"

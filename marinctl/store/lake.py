@@ -232,13 +232,18 @@ class LakeStore:
     def _raw(self, write: bool, lock_timeout: float | None) -> Iterator[duckdb.DuckDBPyConnection]:
         """A cursor on the attached lake (the writer lock held when `write`), errors mapped."""
         timeout = self.lock_timeout if lock_timeout is None else lock_timeout
+        with self._mapped(), self._held_for(write, timeout) as inst:
+            cur = self._cursor(inst)
+            try:
+                yield cur
+            finally:
+                cur.close()
+
+    @contextmanager
+    def _mapped(self) -> Iterator[None]:
+        """DuckDB's errors from the lake as marinctl's (`failure`: a catalog gone is one line)."""
         try:
-            with self._held_for(write, timeout) as inst:
-                cur = self._cursor(inst)
-                try:
-                    yield cur
-                finally:
-                    cur.close()
+            yield
         except MarinctlError:
             raise
         except duckdb.Error as exc:
@@ -288,35 +293,27 @@ class LakeStore:
         writer lock (other writers wait a unit, not the whole copy)."""
         self.ensure_schema()
         held = self._file_attached(True) if not self.lake.on_postgres else _instance_of(self)
-        try:
-            with held as inst:
-                cur = self._cursor(inst)
+        with self._mapped(), held as inst:
+            cur = self._cursor(inst)
 
-                @contextmanager
-                def unit() -> Iterator[None]:
-                    with self._write_lock():
-                        cur.execute("BEGIN TRANSACTION")
+            @contextmanager
+            def unit() -> Iterator[None]:
+                with self._write_lock():
+                    cur.execute("BEGIN TRANSACTION")
+                    try:
+                        yield
+                    except BaseException:
                         try:
-                            yield
-                        except BaseException:
-                            try:
-                                cur.execute("ROLLBACK")
-                            except duckdb.Error:
-                                pass
-                            raise
-                        cur.execute("COMMIT")
+                            cur.execute("ROLLBACK")
+                        except duckdb.Error:
+                            pass
+                        raise
+                    cur.execute("COMMIT")
 
-                try:
-                    yield cur, unit
-                finally:
-                    cur.close()
-        except MarinctlError:
-            raise
-        except duckdb.Error as exc:
-            mapped = self.failure(exc)
-            if mapped is exc:
-                raise
-            raise mapped from None
+            try:
+                yield cur, unit
+            finally:
+                cur.close()
 
     def attach_as(self, con: duckdb.DuckDBPyConnection, alias: str) -> None:
         """Attach this lake read-only on `con` as `alias` (a copy's source)."""

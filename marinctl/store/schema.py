@@ -89,20 +89,26 @@ def migrate(con: duckdb.DuckDBPyConnection, *, lake: bool = False) -> list[int]:
     pending = [m for m in migrations() if m[0] > have]
     if not pending:
         return []
-    if lake:
-        return _migrate_lake(con, have, pending)
+    for version, name, sql in pending:
+        if lake and version > LAKE_BASE and (bad := lake_problem(sql)):
+            raise RuntimeError(f"migration {version:04d}_{name} uses {bad}, which a DuckLake catalog lacks")
     # one transaction for all that are pending: a new file's first open committed (and synced to
     # disk) once per migration, and the first `watch` of a new home waits on it; a failure leaves
-    # the file as it was
+    # the store as it was. A lake takes 0001–0007 as its baseline.
     con.execute("BEGIN TRANSACTION")
     try:
+        if lake and have < LAKE_BASE:
+            con.execute(lake_baseline())
         for version, name, sql in pending:
-            con.execute(sql)
+            if not lake or version > LAKE_BASE:
+                con.execute(sql)
             con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [version, name])
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")
         raise
+    if lake:
+        return [version for version, _, _ in pending]
     # written into the file now, not left in the WAL: DuckDB 1.5 cannot replay an ALTER TABLE of a
     # table whose defaults call functions (nextval, current_timestamp), so a process killed after
     # its first open would leave a store no later process can open
@@ -136,20 +142,3 @@ def set_aside_interrupted_migration(path: Path) -> bool:
     if not older:
         os.replace(aside, wal)
     return older
-def _migrate_lake(con: duckdb.DuckDBPyConnection, have: int, pending: list[tuple[int, str, str]]) -> list[int]:
-    for version, name, sql in pending:
-        if version > LAKE_BASE and (bad := lake_problem(sql)):
-            raise RuntimeError(f"migration {version:04d}_{name} uses {bad}, which a DuckLake catalog lacks")
-    con.execute("BEGIN TRANSACTION")
-    try:
-        if have < LAKE_BASE:
-            con.execute(lake_baseline())
-        for version, name, sql in pending:
-            if version > LAKE_BASE:
-                con.execute(sql)
-            con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [version, name])
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
-    return [version for version, _, _ in pending]

@@ -20,13 +20,10 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
-from typing import Callable
 
-from .loopback import Loopback
+from .loopback import JsonHandler, Recorder
 
 TOPIC = re.compile(r"^[-_A-Za-z0-9]{1,64}$")
 PRIORITY_WORDS = {"min": 1, "low": 2, "default": 3, "high": 4, "max": 5, "urgent": 5}
@@ -46,19 +43,8 @@ class Published:
     body: dict = field(default_factory=dict)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     owner: "NtfyServer"
-
-    def log_message(self, *args) -> None:
-        pass
-
-    def _answer(self, status: int, doc: dict) -> None:
-        body = json.dumps(doc).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_PUT(self) -> None:
         self.do_POST()
@@ -100,44 +86,19 @@ class _Handler(BaseHTTPRequestHandler):
                            "message": message, "title": title, "priority": priority, "tags": tags})
 
 
-class NtfyServer:
+class NtfyServer(Recorder):
+    HANDLER = _Handler
+    NAME = "synthetic-ntfy"
+
     def __init__(self, *, token: str | None = None):
+        super().__init__()
         self.token = token
         self.failing: set[str] = set()
         self.messages: list[Published] = []
-        self.lock = threading.Lock()
-        self._loop: Loopback | None = None
+
+    def kept(self) -> list[Published]:
+        return self.messages
 
     def accepted(self, topic: str | None = None) -> list[Published]:
         with self.lock:
             return [m for m in self.messages if m.status == 200 and (topic is None or m.topic == topic)]
-
-    def wait_for(self, cond: Callable[[list[Published]], bool], timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while True:
-            with self.lock:
-                msgs = list(self.messages)
-            if cond(msgs) or time.monotonic() >= deadline:
-                return cond(msgs)
-            time.sleep(0.05)
-
-    def start(self) -> "NtfyServer":
-        handler = type("Handler", (_Handler,), {"owner": self})
-        self._loop = Loopback(handler, name="synthetic-ntfy").start()
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.stop()
-            self._loop = None
-
-    def __enter__(self) -> "NtfyServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        assert self._loop is not None, "start the fake first"
-        return self._loop.url

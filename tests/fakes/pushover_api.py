@@ -21,16 +21,12 @@ Only 127.0.0.1; every request is kept.
 
 from __future__ import annotations
 
-import json
 import secrets
-import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
-from typing import Callable
 from urllib.parse import parse_qs
 
-from .loopback import Loopback
+from .loopback import JsonHandler, Recorder
 
 USER_KEY_LEN = 30
 
@@ -45,19 +41,8 @@ class Message:
     status: int
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     owner: "PushoverAPI"
-
-    def log_message(self, *args) -> None:
-        pass
-
-    def _answer(self, status: int, doc: dict) -> None:
-        body = json.dumps(doc).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -79,14 +64,19 @@ class _Handler(BaseHTTPRequestHandler):
         self._answer(404, {"status": 0, "errors": ["not found"]})
 
 
-class PushoverAPI:
+class PushoverAPI(Recorder):
+    HANDLER = _Handler
+    NAME = "synthetic-pushover"
+
     def __init__(self, *, token: str, fail_first: int = 0):
+        super().__init__()
         self.token, self.fail_first = token, fail_first
         self.messages: list[Message] = []
         self.receipts: dict[str, str] = {}       # receipt -> 'active' | 'cancelled'
         self.cancelled: list[str] = []
-        self.lock = threading.Lock()
-        self._loop: Loopback | None = None
+
+    def kept(self) -> list[Message]:
+        return self.messages
 
     def _message(self, form: dict[str, str]) -> tuple[int, dict, str | None]:
         with self.lock:
@@ -133,33 +123,3 @@ class PushoverAPI:
     def accepted(self) -> list[Message]:
         with self.lock:
             return [m for m in self.messages if m.status == 200]
-
-    def wait_for(self, cond: Callable[[list[Message]], bool], timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while True:
-            with self.lock:
-                msgs = list(self.messages)
-            if cond(msgs) or time.monotonic() >= deadline:
-                return cond(msgs)
-            time.sleep(0.05)
-
-    def start(self) -> "PushoverAPI":
-        handler = type("Handler", (_Handler,), {"owner": self})
-        self._loop = Loopback(handler, name="synthetic-pushover").start()
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.stop()
-            self._loop = None
-
-    def __enter__(self) -> "PushoverAPI":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        assert self._loop is not None, "start the fake first"
-        return self._loop.url

@@ -17,9 +17,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Callable
+from typing import Any
 
-from .loopback import Loopback
+from .loopback import Recorder
 
 
 @dataclass
@@ -61,52 +61,28 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"ok")
 
 
-class WebhookReceiver:
+class WebhookReceiver(Recorder):
+    HANDLER = _Handler
+    NAME = "synthetic-webhook"
+
     def __init__(self, *, fail_first: int = 0, delay_s: float = 0.0):
+        super().__init__()
         self.fail_first, self.delay_s = fail_first, delay_s
         self.failing: set[str] = set()      # path prefixes answered 500
         self.hold = threading.Event()       # cleared: POSTs wait unanswered (a sink that hangs)
         self.hold.set()
         self.held = 0                       # POSTs that waited
         self.posts: list[Post] = []
-        self.lock = threading.Lock()
-        self._loop: Loopback | None = None
 
-    def start(self) -> "WebhookReceiver":
-        handler = type("Handler", (_Handler,), {"owner": self})
-        self._loop = Loopback(handler, name="synthetic-webhook").start()
-        return self
+    def kept(self) -> list[Post]:
+        return self.posts
 
     def stop(self) -> None:
         self.hold.set()
-        if self._loop is not None:
-            self._loop.stop()
-            self._loop = None
-
-    def __enter__(self) -> "WebhookReceiver":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        assert self._loop is not None, "start the receiver first"
-        return self._loop.url
+        super().stop()
 
     def accepted(self, path_prefix: str = "") -> list[Post]:
         """POSTs answered 2xx (under `path_prefix`), in arrival order."""
         with self.lock:
             return [p for p in self.posts if p.status < 300 and p.path.startswith(path_prefix)]
 
-    def wait_for(self, cond: Callable[[list[Post]], bool], timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self.lock:
-                posts = list(self.posts)
-            if cond(posts):
-                return True
-            time.sleep(0.05)
-        with self.lock:        # cond is called outside the lock: it may read the receiver itself
-            posts = list(self.posts)
-        return cond(posts)
