@@ -134,7 +134,9 @@ def test_watch_on_a_run_never_synced_shows_it_stores_it_once_and_q_leaves_nothin
     home = tmp_path / "home"
     term = Terminal(["watch", str(wandb_dir)], home)
     try:
-        assert term.read_until(b"grad/norm/total"), term.seen[-2000:].decode(errors="replace")
+        # a narrow chart's title keeps the key's end ("…norm/total"): which width the grid gives depends on
+        # whether the helper or the app drew the first page
+        assert term.read_until(b"norm/total"), term.seen[-2000:].decode(errors="replace")
         assert term.read_until(f"{STEPS - 1:,} / {STEPS:,}".encode()), "the last step never reached the header"
         # the helper lists the run's keys with its view: no frame waits on a second read for the page count
         assert "page 1/…".encode() not in term.seen and re.search(rb"page 1/\d", term.seen)
