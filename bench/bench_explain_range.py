@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from bench.bench_explain import RUN_ID, build, spike_step  # noqa: E402
+from bench.bench_explain import RUN_ID, spike_step, working_copy  # noqa: E402
 
 
 def main() -> None:
@@ -41,13 +40,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cache", default="/tmp/marinctl-bench")
     args = ap.parse_args()
-    cache = Path(args.cache)
-    cache.mkdir(parents=True, exist_ok=True)
-    src = cache / f"hero-explain-{args.steps}.duckdb"
-    if not src.exists():
-        build(src, args.steps)
-    work = cache / "range-work.duckdb"
-    shutil.copy(src, work)
+    work = working_copy(Path(args.cache), args.steps, "range-work.duckdb")
 
     from marinctl.analysis.explain.explain import explain, sweep
     from marinctl.store import Store

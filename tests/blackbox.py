@@ -97,6 +97,21 @@ def in_process(*args: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+def cli_in(cli, world: Any, *args: str) -> str:
+    """stdout of `marinctl --home WORLD.home ARGS` (exit 0 asserted), read once per world: a module's
+    fixture world (`home`, and a `cache` dict) serves many tests the same answer."""
+    if args not in world.cache:
+        code, out, err = cli("--home", str(world.home), *args)
+        assert code == 0, err
+        world.cache[args] = out
+    return world.cache[args]
+
+
+def explain_in(cli, world: Any, run: str, step: int) -> dict:
+    """`explain step STEP --run RUN --json` on a fixture world, parsed strictly."""
+    return strict_json(cli_in(cli, world, "explain", "step", str(step), "--run", run, "--json"))
+
+
 def run_cli(cli, *args: str, ok: bool = True) -> tuple[int, str, str]:
     code, out, err = cli(*args)
     if ok:

@@ -11,7 +11,6 @@ is followed. The store is built once for the module. Nothing here imports marinc
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -21,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.blackbox import MARINCTL, home_json, interrupt, strict_json, wait_until
+from tests.blackbox import MARINCTL, cli_in, home_json, interrupt, strict_json, wait_until
+from tests.blackbox import explain_in as explain
 from tests.fakes import episodes as E
 from tests.fakes import incidents as I
 from tests.fakes import synth
@@ -63,18 +63,6 @@ def world(tmp_path_factory) -> World:
         report = home_json(home, "sync", f"{I.ENTITY}/{I.PROJECT}", "--json", env={**env, "WANDB_BASE_URL": server.url})
     assert {r["run"] for r in report["runs"]} == {r.run_id for r in runs}
     return World(home, episodes)
-
-
-def cli_in(cli, world: World, *args: str) -> str:
-    if args not in world.cache:
-        code, out, err = cli("--home", str(world.home), *args)
-        assert code == 0, err
-        world.cache[args] = out
-    return world.cache[args]
-
-
-def explain(cli, world: World, run: str, step: int) -> dict:
-    return strict_json(cli_in(cli, world, "explain", "step", str(step), "--run", run, "--json"))
 
 
 def sweep(cli, world: World, run: str, lo: int, hi: int) -> dict[int, dict]:
@@ -223,7 +211,6 @@ def test_a_slowdown_shorter_than_the_alerts_bar_raises_no_alert(tmp_path):
     rows = strict_json(found.stdout)
     assert [(r["kind"], r["cause_class"]) for r in rows] == [("throughput_dip", "infrastructure")], rows
     assert START_STEPS < rows[0]["start"] <= START_STEPS + 5 and rows[0]["end"] <= START_STEPS + 62, rows
-
 
 
 # --- what happened at the step outranks a trend that began long before ----------------------------------------

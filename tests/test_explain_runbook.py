@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.blackbox import home_json
+from tests.blackbox import cli_in, home_json
+from tests.blackbox import explain_in as explain
 from tests.fakes import incidents as I
 from tests.fakes import runbook as R
 from tests.fakes.wandb_server import WandbServer
@@ -55,18 +56,6 @@ def world(tmp_path_factory) -> World:
                            env={**env, "WANDB_BASE_URL": server.url})
     assert {r["run"] for r in report["runs"]} == {r.run_id for r in runs}
     return World(home, incidents, sweep, spikes)
-
-
-def cli_in(cli, world: World, *args: str) -> str:
-    if args not in world.cache:
-        code, out, err = cli("--home", str(world.home), *args)
-        assert code == 0, err
-        world.cache[args] = out
-    return world.cache[args]
-
-
-def explain(cli, world: World, run: str, step: int) -> dict:
-    return json.loads(cli_in(cli, world, "explain", "step", str(step), "--run", run, "--json"))
 
 
 def anomalies(cli, world: World, run: str, *extra: str) -> list[dict]:
